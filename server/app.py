@@ -1,0 +1,129 @@
+"""The Quart application: routes, the per-request id and timing, and the one place errors become
+responses (the Anthropic shape on the Messages routes, the OpenAI shape everywhere else and for
+everything raised before the infer layer)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from quart import Quart, Response, g, request
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+
+from server.config import Settings
+from server.errors import (
+    InferError,
+    InternalError,
+    InvalidRequest,
+    MethodNotAllowed,
+    PayloadTooLarge,
+    RouteNotFound,
+)
+from server.protocols.anthropic.encode import error_body as anthropic_error
+from server.protocols.openai.encode import error_body as openai_error
+from server.routes import chat, health, messages, models, requests
+from server.routes.infer import json_response
+from server.state import EXTENSION, ServerState
+from server.timing import Timing
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings, state: ServerState | None = None) -> Quart:
+    app = Quart("b3os-infer")
+    app.config.update(
+        MAX_CONTENT_LENGTH=settings.max_request_bytes,
+        # Streams set their own timeout to none; a JSON answer may take as long as generation.
+        RESPONSE_TIMEOUT=None,
+        JSON_SORT_KEYS=False,
+    )
+    app.extensions[EXTENSION] = state or ServerState(settings)
+    for module in (health, messages, chat, models, requests):
+        app.register_blueprint(module.blueprint)
+    app.before_request(_begin)
+    app.after_request(_headers)
+    app.register_error_handler(InferError, _render)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _unexpected)
+    _lifecycle(app)
+    return app
+
+
+def _lifecycle(app: Quart) -> None:
+    @app.while_serving
+    async def run_engine() -> Any:
+        state: ServerState = app.extensions[EXTENSION]
+        # The engine starts in the background so the listener binds at once: /healthz answers and
+        # infer routes say 503 starting (with Retry-After) until it is ready.
+        starting = asyncio.create_task(state.start(), name="engine-start")
+        yield
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        await state.close()
+
+
+def _begin() -> None:
+    g.timing = Timing()
+    g.request_id = request_ids().new()
+    g.protocol = "openai"
+    g.streaming = False
+
+
+def request_ids() -> Any:
+    from quart import current_app
+
+    return current_app.extensions[EXTENSION].ids
+
+
+def _headers(response: Response) -> Response:
+    request_id = getattr(g, "request_id", None)
+    if request_id is not None:
+        response.headers["x-request-id"] = request_id
+        response.headers["request-id"] = request_id
+    timing: Timing | None = getattr(g, "timing", None)
+    if timing is not None and not getattr(g, "streaming", False):
+        # `total` runs from reading the request head to writing the response head.
+        timing.mark("total")
+        response.headers["Server-Timing"] = timing.header()
+    return response
+
+
+async def _render(error: InferError) -> Response:
+    request_id = getattr(g, "request_id", "")
+    if error.code == InternalError.code:
+        error = InternalError.for_request(request_id)
+    if getattr(g, "protocol", "openai") == "anthropic" and not error.before_infer:
+        body = anthropic_error(error, request_id)
+    else:
+        body = openai_error(error)
+    response = json_response(body, error.status)
+    response.headers.update(error.headers())
+    return response
+
+
+async def _http_error(error: HTTPException) -> Response:
+    """Errors Quart raises itself (routing, body size) in our shapes."""
+    if isinstance(error, RequestEntityTooLarge):
+        limit = request.max_content_length
+        size = request.content_length
+        said = f"Request body is {size} bytes" if size else "Request body is too large"
+        return await _render(PayloadTooLarge(f"{said}; this node accepts at most {limit}"))
+    if error.code == 404:
+        return await _render(RouteNotFound(f"no route {request.method} {request.path}"))
+    if error.code == 405:
+        response = await _render(
+            MethodNotAllowed(f"{request.method} is not allowed on {request.path}")
+        )
+        allowed = getattr(error, "valid_methods", None)
+        if allowed:
+            response.headers["Allow"] = ", ".join(sorted(allowed))
+        return response
+    if error.code is not None and 400 <= error.code < 500:
+        return await _render(InvalidRequest(error.description or "bad request"))
+    return await _unexpected(error)
+
+
+async def _unexpected(error: Exception) -> Response:
+    log.error("request %s failed", getattr(g, "request_id", "?"), exc_info=error)
+    return await _render(InternalError("internal"))

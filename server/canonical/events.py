@@ -1,0 +1,37 @@
+"""The canonical event stream of one answer, which the protocol encoders turn into wire events or
+fold into one body. Failures are raised (as `InferError`), never yielded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class FinishReason(StrEnum):
+    """Richer than either protocol's, so nothing is lost in mapping."""
+
+    END_TURN = "end_turn"
+    MAX_TOKENS = "max_tokens"
+    STOP_SEQUENCE = "stop_sequence"
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    reason: FinishReason
+    usage: Usage
+    stop_sequence: str | None = None  # the matched stop string, with STOP_SEQUENCE
+
+
+Event = TextDelta | Finish

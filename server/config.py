@@ -1,0 +1,114 @@
+"""Settings of a server process: one frozen dataclass, filled from flags, each also settable by an
+environment variable (`--served-model-name` is `B3OS_INFER_SERVED_MODEL_NAME`; a flag wins)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "B3OS_INFER_"
+DEFAULT_PORT = 7700
+DEFAULT_MAX_REQUEST_BYTES = 10 * 1024 * 1024
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "b3os-infer"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    engine: str = "sglang"
+    device: str | None = None  # None: cuda where a GPU is present, else cpu
+    model: str | None = None  # None: the embedded SmolLM2-135M-Instruct
+    served_model_name: str | None = None
+    context_length: int | None = None
+    node_name: str = ""
+    certfile: str | None = None
+    keyfile: str | None = None
+    log_level: str = "info"
+    cache_dir: Path = Path()
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    # SGLang options that matter on a GPU; None keeps SGLang's own default.
+    mem_fraction_static: float | None = None
+    tp_size: int = 1
+    max_running_requests: int | None = None
+    max_total_tokens: int | None = None  # None: SGLang's sizing on a GPU, 65536 on a CPU
+
+    @property
+    def tls(self) -> bool:
+        return self.certfile is not None
+
+
+@dataclass(frozen=True, slots=True)
+class _Option:
+    field: str
+    help: str
+    parse: Callable[[str], Any] = str
+
+
+_OPTIONS = (
+    _Option("host", "address to bind (default 127.0.0.1; 0.0.0.0 for every interface)"),
+    _Option("port", f"port to bind (default {DEFAULT_PORT})", int),
+    _Option("engine", "model runtime: sglang (in-process)"),
+    _Option("device", "cuda or cpu (default: cuda where a GPU is present, else cpu)"),
+    _Option("model", "HF model folder or id (default: the embedded SmolLM2-135M-Instruct)"),
+    _Option("served_model_name", "model id clients send and /v1/infer/models lists"),
+    _Option("context_length", "context window in tokens (default: the model's)", int),
+    _Option("node_name", "node name in the b3os extension (default: the host name)"),
+    _Option("certfile", "TLS certificate (PEM); serves HTTP/2 and HTTP/1.1 over TLS via ALPN"),
+    _Option("keyfile", "TLS private key (PEM)"),
+    _Option("log_level", "debug, info, warning or error (default info)"),
+    _Option("cache_dir", "where converted models are kept (default ~/.cache/b3os-infer)", Path),
+    _Option("max_request_bytes", "largest request body accepted (default 10 MiB)", int),
+    _Option(
+        "mem_fraction_static", "SGLang: fraction of GPU memory for weights and KV cache", float
+    ),
+    _Option("tp_size", "SGLang: tensor parallel size (GPUs per model replica)", int),
+    _Option("max_running_requests", "SGLang: most requests decoded at once", int),
+    _Option("max_total_tokens", "SGLang: KV cache size in tokens (default on a CPU: 65536)", int),
+)
+
+
+def env_name(field: str) -> str:
+    return ENV_PREFIX + field.upper()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for option in _OPTIONS:
+        parser.add_argument(
+            "--" + option.field.replace("_", "-"),
+            dest=option.field,
+            type=option.parse,
+            default=None,
+            help=f"{option.help} [env {env_name(option.field)}]",
+        )
+
+
+def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> Settings:
+    """Flags first, then environment variables, then the defaults above."""
+    values: dict[str, Any] = {}
+    for option in _OPTIONS:
+        value = getattr(args, option.field, None)
+        if value is None and env_name(option.field) in environ:
+            raw = environ[env_name(option.field)]
+            try:
+                value = option.parse(raw)
+            except ValueError:
+                raise SystemExit(f"{env_name(option.field)}={raw!r} is not valid") from None
+        if value is not None:
+            values[option.field] = value
+    values.setdefault("cache_dir", default_cache_dir())
+    values.setdefault("node_name", socket.gethostname())
+    known = {f.name for f in fields(Settings)}
+    settings = Settings(**{k: v for k, v in values.items() if k in known})
+    if (settings.certfile is None) != (settings.keyfile is None):
+        raise SystemExit("--certfile and --keyfile go together")
+    return settings

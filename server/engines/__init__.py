@@ -1,0 +1,2 @@
+"""Model runtimes behind one narrow interface (`base.Engine`); the rest of the server never
+imports SGLang."""

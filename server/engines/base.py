@@ -1,0 +1,64 @@
+"""The engine interface: prompt token ids and sampling in, text deltas and a finish out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from server.canonical import Sampling
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRequest:
+    request_id: str  # fixed length: SGLang aborts every request whose id starts with the one given
+    prompt_ids: list[int]
+    sampling: Sampling  # max_tokens resolved: never None here
+
+
+class StopKind(StrEnum):
+    END_OF_TURN = "end_of_turn"  # an end-of-sequence or stop token
+    STOP_STRING = "stop_string"
+    LENGTH = "length"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFinish:
+    kind: StopKind
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+    matched: str | None = None  # the stop string, with STOP_STRING
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOutput:
+    """New text since the previous output (outputs may coalesce several tokens), and on the last
+    one the finish. A stop string is never part of the text."""
+
+    text: str
+    completion_tokens: int
+    finish: EngineFinish | None = None
+
+
+class Engine(Protocol):
+    """A model runtime. `generate` raises `InferError` subclasses only; closing its iterator
+    before the finish aborts the request in the runtime."""
+
+    @property
+    def context_length(self) -> int: ...
+
+    @property
+    def is_ready(self) -> bool: ...
+
+    @property
+    def running_requests(self) -> int:
+        """Requests the runtime is working on (queued or decoding)."""
+        ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]: ...

@@ -1,0 +1,27 @@
+"""Engines by name; each factory imports its runtime lazily, so choosing one never loads another."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from server.config import Settings
+from server.engines.base import Engine
+from server.models.source import ModelSource
+
+
+def _sglang(settings: Settings, source: ModelSource) -> Engine:
+    from server.engines.sglang.engine import SGLangEngine
+
+    return SGLangEngine(settings, source)
+
+
+ENGINES: dict[str, Callable[[Settings, ModelSource], Engine]] = {"sglang": _sglang}
+
+
+def create_engine(settings: Settings, source: ModelSource) -> Engine:
+    try:
+        factory = ENGINES[settings.engine]
+    except KeyError:
+        choices = ", ".join(sorted(ENGINES))
+        raise SystemExit(f"unknown engine {settings.engine!r}; choose one of: {choices}") from None
+    return factory(settings, source)

@@ -1,0 +1,1 @@
+"""The in-process SGLang engine, with the compatibility pieces it needs on CPUs."""

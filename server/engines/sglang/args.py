@@ -1,0 +1,62 @@
+"""Our settings and canonical sampling, as SGLang's server arguments and sampling parameters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from server.canonical import Sampling
+from server.config import Settings
+from server.models.source import ModelSource
+
+# On a CPU SGLang sizes its KV cache from free RAM; bound it (tokens, all requests together).
+CPU_MAX_TOTAL_TOKENS = 65536
+# SGLang documents top_p as (0, 1]; 0 keeps only the most probable token, and so does this.
+TOP_P_FLOOR = 1e-9
+
+
+def default_device() -> str:
+    try:
+        import torch
+    except ImportError:
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def server_args(settings: Settings, source: ModelSource) -> dict[str, Any]:
+    device = settings.device or default_device()
+    args: dict[str, Any] = {
+        "model_path": source.path,
+        "tokenizer_path": source.path,
+        "served_model_name": source.served_name,
+        "device": device,
+        "tp_size": settings.tp_size,
+        # Deltas rather than SGLang's default cumulative text: O(1) work per streamed chunk.
+        "incremental_streaming_output": True,
+        # SGLang logs every batch at info; ours says what a request did.
+        "log_level": "info" if settings.log_level == "debug" else "warning",
+    }
+    optional = {
+        "context_length": settings.context_length,
+        "mem_fraction_static": settings.mem_fraction_static,
+        "max_running_requests": settings.max_running_requests,
+        "max_total_tokens": settings.max_total_tokens,
+    }
+    args.update({key: value for key, value in optional.items() if value is not None})
+    if device == "cpu":
+        args.setdefault("max_total_tokens", CPU_MAX_TOTAL_TOKENS)
+    return args
+
+
+def to_sampling_params(sampling: Sampling) -> dict[str, Any]:
+    params: dict[str, Any] = {"max_new_tokens": sampling.max_tokens}
+    if sampling.temperature is not None:
+        params["temperature"] = sampling.temperature
+    if sampling.top_p is not None:
+        params["top_p"] = max(sampling.top_p, TOP_P_FLOOR)
+    if sampling.top_k is not None:
+        params["top_k"] = sampling.top_k
+    if sampling.seed is not None:
+        params["sampling_seed"] = sampling.seed
+    if sampling.stop:
+        params["stop"] = list(sampling.stop)
+    return params

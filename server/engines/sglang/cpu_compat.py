@@ -1,0 +1,51 @@
+"""What SGLang 0.5.23 needs to run on a CPU, applied only there (GPUs run stock SGLang):
+
+- `SGLANG_USE_CPU_ENGINE=1`: SGLang's own CPU mode (`--device cpu` alone imports vLLM).
+- a stand-in `sgl_kernel` ahead of any installed one, on CPUs without AMX (PyPI's kernel packages
+  are CUDA builds; upstream's CPU kernels are built from source for AMX Xeons);
+- torchvision's op schemas (see `server.torch_compat`), in this process and, through a
+  `sitecustomize` on their PYTHONPATH, in the processes SGLang spawns.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+from pathlib import Path
+
+from server.torch_compat import ensure_torchvision_loadable
+
+STAND_IN = Path(__file__).parent / "stand_in"  # holds the sgl_kernel stand-in
+SPAWN_SITE = Path(__file__).parent / "spawn_site"  # holds the sitecustomize of spawned processes
+
+log = logging.getLogger(__name__)
+
+
+def cpu_has_amx() -> bool:
+    import torch
+
+    return bool(torch.cpu._is_amx_tile_supported())
+
+
+def quiet_cpu_warnings() -> None:
+    """SGLang warns at import, in every process, that CUDA-only features (AWQ, GGUF, Triton) are
+    not on a CPU; none of them is used here."""
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"sglang\.")
+
+
+def prepare_cpu_runtime() -> None:
+    """Idempotent; call before importing sglang."""
+    os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
+    ensure_torchvision_loadable()
+    quiet_cpu_warnings()
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if str(SPAWN_SITE) not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(SPAWN_SITE), *filter(None, paths)])
+    if cpu_has_amx():
+        log.info("CPU has AMX: using the installed sgl_kernel CPU build")
+        return
+    log.info("CPU without AMX: using the sgl_kernel stand-in and SGLang's plain-torch layers")
+    if str(STAND_IN) not in sys.path:
+        sys.path.insert(0, str(STAND_IN))  # processes SGLang spawns inherit sys.path

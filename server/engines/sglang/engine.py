@@ -1,0 +1,152 @@
+"""The `sglang` engine: an in-process `sglang.Engine`. Its TokenizerManager runs in this process
+and event loop, as under SGLang's own HTTP server, so a request costs no extra hop: prompt token
+ids in (rendered by this server), incremental text out, RadixAttention prefix caching on."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from server.config import Settings
+from server.engines.base import EngineFinish, EngineOutput, EngineRequest, StopKind
+from server.engines.sglang import cpu_compat
+from server.engines.sglang.args import server_args, to_sampling_params
+from server.errors import BackendUnavailable, ContextLengthExceeded, InferError, InvalidRequest
+from server.models.source import ModelSource
+
+log = logging.getLogger(__name__)
+
+
+class SGLangEngine:
+    def __init__(self, settings: Settings, source: ModelSource) -> None:
+        self._settings = settings
+        self._source = source
+        self._engine: Any = None
+        self._context_length = 0
+
+    @property
+    def context_length(self) -> int:
+        return self._context_length
+
+    @property
+    def is_ready(self) -> bool:
+        return self._engine is not None
+
+    @property
+    def running_requests(self) -> int:
+        # A request leaves this map when the scheduler reports it finished or aborted.
+        return 0 if self._engine is None else len(self._engine.tokenizer_manager.rid_to_state)
+
+    async def start(self) -> None:
+        args = server_args(self._settings, self._source)
+        if args["device"] == "cpu":
+            cpu_compat.prepare_cpu_runtime()
+        import sglang
+
+        log.info(
+            "starting SGLang %s on %s with %s",
+            sglang.__version__,
+            args["device"],
+            args["model_path"],
+        )
+        # Engine() blocks until its scheduler is ready (~30 s on a CPU): build it in a worker
+        # thread so this loop keeps answering health checks. SGLang only installs signal handlers
+        # from the main thread, so none are installed here.
+        root_handlers = logging.getLogger().handlers[:]
+        root_level = logging.getLogger().level
+        sglang_logger = logging.getLogger("sglang")
+        if not log.isEnabledFor(logging.DEBUG):
+            sglang_logger.setLevel(logging.WARNING)  # it logs its 400 server arguments at info
+        engine = await asyncio.to_thread(sglang.Engine, **args)
+        # SGLang's logger setup replaces the root handlers (basicConfig(force=True)): restore ours.
+        logging.getLogger().handlers[:] = root_handlers
+        logging.getLogger().setLevel(root_level)
+        tokenizer_manager = engine.tokenizer_manager
+        # Bind the TokenizerManager to this loop now rather than on the first request. From the
+        # main thread this also adds SGLang's SIGTERM and SIGQUIT handlers to the loop: the
+        # server puts its own SIGTERM handler back after start() (see server.serve).
+        tokenizer_manager.auto_create_handle_loop()
+        self._context_length = int(tokenizer_manager.context_len)
+        self._engine = engine
+        log.info("SGLang ready: context length %d tokens", self._context_length)
+
+    async def close(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            await asyncio.to_thread(engine.shutdown)
+
+    async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
+        if self._engine is None:
+            raise BackendUnavailable("the model runtime is starting; retry shortly", retry_after=5)
+        stream = await self._engine.async_generate(
+            input_ids=request.prompt_ids,
+            sampling_params=to_sampling_params(request.sampling),
+            stream=True,
+            rid=request.request_id,
+        )
+        finished = False
+        try:
+            async for chunk in _mapped_errors(stream):
+                meta = chunk["meta_info"]
+                finish = _finish(meta, request)
+                finished = finish is not None
+                yield EngineOutput(chunk.get("text") or "", meta["completion_tokens"], finish)
+                if finished:
+                    return
+        finally:
+            # Closing SGLang's generator before its finish aborts the request in the scheduler.
+            await stream.aclose()
+            if not finished:
+                log.debug("aborted %s", request.request_id)
+
+
+async def _mapped_errors(stream: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    """SGLang's exceptions mapped to ours at the boundary, the most specific first."""
+    try:
+        async for chunk in stream:
+            yield chunk
+    except ValueError as exc:  # SGLang's request validation
+        text = str(exc)
+        if "context length" in text or "exceeds" in text:
+            raise ContextLengthExceeded(text, param="messages") from exc
+        raise InvalidRequest(text) from exc
+
+
+def _finish(meta: dict[str, Any], request: EngineRequest) -> EngineFinish | None:
+    reason = meta.get("finish_reason")
+    if reason is None:
+        return None
+    usage = {
+        "prompt_tokens": int(meta["prompt_tokens"]),
+        "completion_tokens": int(meta["completion_tokens"]),
+        "cached_tokens": int(meta.get("cached_tokens") or 0),
+    }
+    kind = reason.get("type")
+    if kind == "length":
+        return EngineFinish(StopKind.LENGTH, **usage)
+    if kind == "stop":
+        matched = reason.get("matched")
+        if isinstance(matched, str) and matched in request.sampling.stop:
+            return EngineFinish(StopKind.STOP_STRING, matched=matched, **usage)
+        if isinstance(matched, int):
+            return EngineFinish(StopKind.END_OF_TURN, **usage)
+        log.error("SGLang stopped %s: %s", request.request_id, matched)
+        raise InferError("the model runtime failed to produce this answer")
+    if kind == "abort":
+        raise _abort_error(reason, request)
+    log.error("unexpected SGLang finish reason for %s: %r", request.request_id, reason)
+    raise InferError("the model runtime failed to produce this answer")
+
+
+def _abort_error(reason: dict[str, Any], request: EngineRequest) -> InferError:
+    message = str(reason.get("message") or "")
+    if reason.get("status_code") == 400:
+        if "length" in message or "exceeds" in message:
+            return ContextLengthExceeded(message, param="messages")
+        return InvalidRequest(message)
+    log.warning("SGLang aborted %s: %s", request.request_id, message)
+    return BackendUnavailable(
+        "the model runtime aborted this request; retry shortly", retry_after=1
+    )

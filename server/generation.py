@@ -1,0 +1,99 @@
+"""One request's way through the model, shared by both protocols: render the prompt, check it
+fits, run the engine, turn its outputs into canonical events."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from dataclasses import dataclass
+
+from server.canonical import Event, Finish, FinishReason, GenerateRequest, TextDelta, Usage
+from server.engines.base import Engine, EngineFinish, EngineRequest, StopKind
+from server.errors import ContextLengthExceeded, InferError, InternalError
+from server.models.card import ModelCard
+from server.prompt import Prompt, PromptRenderer
+from server.requestlog import RequestRecord
+from server.timing import Timing
+
+_FINISH_REASONS = {
+    StopKind.END_OF_TURN: FinishReason.END_TURN,
+    StopKind.STOP_STRING: FinishReason.STOP_SEQUENCE,
+    StopKind.LENGTH: FinishReason.MAX_TOKENS,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    prompt: Prompt
+    engine_request: EngineRequest
+
+
+class Generation:
+    def __init__(self, engine: Engine, renderer: PromptRenderer, card: ModelCard) -> None:
+        self.engine = engine
+        self.renderer = renderer
+        self.card = card
+
+    def count_tokens(self, request: GenerateRequest) -> int:
+        return self.renderer.render(request).num_tokens
+
+    def prepare(self, request: GenerateRequest, request_id: str, timing: Timing) -> Prepared:
+        """Renders the prompt and sizes the answer; raises before anything reaches the engine."""
+        started = time.perf_counter()
+        prompt = self.renderer.render(request)
+        timing.record("template", started)
+        room = self.card.context_length - prompt.num_tokens
+        if room <= 0:
+            raise ContextLengthExceeded(
+                f"the prompt is {prompt.num_tokens} tokens; {self.card.id} has a context of "
+                f"{self.card.context_length} tokens and needs room for at least one more",
+                param="messages",
+            )
+        # A max_tokens beyond the context is clamped to what fits: the answer then ends with
+        # max_tokens, as it would at the window's end (agents send their own large defaults).
+        wanted = request.sampling.max_tokens
+        max_tokens = room if wanted is None else min(wanted, room)
+        sampling = dataclasses.replace(request.sampling, max_tokens=max_tokens)
+        return Prepared(prompt, EngineRequest(request_id, prompt.ids, sampling))
+
+    async def events(
+        self, prepared: Prepared, record: RequestRecord
+    ) -> AsyncGenerator[Event, None]:
+        """The answer's events; `record` follows it (tokens so far, then how it ended)."""
+        timing = record.timing
+        record.prompt_tokens = prepared.prompt.num_tokens
+        submitted = time.perf_counter()
+        try:
+            # Closed explicitly (not left to the garbage collector): closing aborts the request.
+            async with aclosing(self.engine.generate(prepared.engine_request)) as outputs:
+                async for output in outputs:
+                    if "ttft" not in timing.phases:
+                        timing.mark("ttft")
+                    record.completion_tokens = output.completion_tokens
+                    if output.text:
+                        yield TextDelta(output.text)
+                    if output.finish is not None:
+                        timing.record("model", submitted)
+                        finish = _finish(output.finish)
+                        record.finished(finish)
+                        yield finish
+                        return
+            raise InternalError("the model runtime ended the answer without a finish")
+        except (asyncio.CancelledError, GeneratorExit):
+            if record.status == "running":
+                record.status = "canceled"  # the client went away; the engine request is aborted
+            raise
+        except InferError as error:
+            record.failed(error.code)
+            raise
+        except Exception:
+            record.failed(InternalError.code)
+            raise
+
+
+def _finish(finish: EngineFinish) -> Finish:
+    usage = Usage(finish.prompt_tokens, finish.completion_tokens, finish.cached_tokens)
+    return Finish(_FINISH_REASONS[finish.kind], usage, finish.matched)

@@ -1,0 +1,1 @@
+"""Which model this node serves: resolving `--model`, the embedded default, and the model card."""

@@ -1,0 +1,29 @@
+"""What an encoder needs to know about the response it is writing, besides the events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from server.timing import Timing
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseContext:
+    request_id: str
+    model: str
+    node: str
+    prompt_tokens: int
+    created: int  # Unix seconds
+    timing: Timing
+
+    def b3os(self, *, streamed: bool) -> dict[str, Any]:
+        """The B3OS extension object: where the answer ran and server-side milliseconds from the
+        request head (`ttft_ms` on streams, `model_ms` without)."""
+        timing: dict[str, Any] = {}
+        if streamed:
+            timing["ttft_ms"] = self.timing.ms("ttft")
+        else:
+            timing["model_ms"] = self.timing.ms("model")
+        timing["total_ms"] = round(self.timing.since_start(), 3)
+        return {"route": "local", "node": self.node, "timing": timing}

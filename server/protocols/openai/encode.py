@@ -1,0 +1,117 @@
+"""Canonical events -> OpenAI Chat Completions: `chat.completion.chunk` events ending with
+`data: [DONE]`, the folded `chat.completion` body, and the error shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from server.canonical import Answer, Event, Finish, FinishReason, TextDelta
+from server.errors import InferError
+from server.ids import completion_id
+from server.protocols import sse
+from server.protocols.context import ResponseContext
+
+FINISH_REASONS = {
+    FinishReason.END_TURN: "stop",
+    FinishReason.MAX_TOKENS: "length",
+    FinishReason.STOP_SEQUENCE: "stop",
+}
+
+
+def error_body(error: InferError) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": error.message,
+            "type": error.openai_type,
+            "param": error.param,
+            "code": error.code,
+        }
+    }
+
+
+def usage(finish: Finish) -> dict[str, Any]:
+    counts = finish.usage
+    return {
+        "prompt_tokens": counts.prompt_tokens,
+        "completion_tokens": counts.completion_tokens,
+        "total_tokens": counts.prompt_tokens + counts.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": counts.cached_tokens},
+    }
+
+
+def completion_body(answer: Answer, context: ResponseContext) -> dict[str, Any]:
+    message = {"role": "assistant", "content": answer.text, "refusal": None}
+    return {
+        "id": completion_id(context.request_id),
+        "object": "chat.completion",
+        "created": context.created,
+        "model": context.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": FINISH_REASONS[answer.finish.reason],
+            }
+        ],
+        "usage": usage(answer.finish),
+        "system_fingerprint": None,
+        "b3os": context.b3os(streamed=False),
+    }
+
+
+class ChunkStream:
+    """Writes one completion's chunks as OpenAI does: the role first, content deltas, the
+    finish_reason chunk, the usage chunk (with `include_usage`, and `"usage": null` on every
+    other chunk), then `[DONE]`. The b3os extension rides on the last chunk before `[DONE]`."""
+
+    def __init__(self, context: ResponseContext, *, include_usage: bool) -> None:
+        self._context = context
+        self._include_usage = include_usage
+        self._sent_role = False
+
+    def start(self) -> bytes:
+        return b""
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        chunk: dict[str, Any] = {
+            "id": completion_id(self._context.request_id),
+            "object": "chat.completion.chunk",
+            "created": self._context.created,
+            "model": self._context.model,
+            "system_fingerprint": None,
+            "choices": [
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            ],
+        }
+        if self._include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def _role(self) -> dict[str, Any]:
+        if self._sent_role:
+            return {}
+        self._sent_role = True
+        return {"role": "assistant"}
+
+    def encode(self, event: Event) -> bytes:
+        if isinstance(event, TextDelta):
+            return sse.event(self._chunk({**self._role(), "content": event.text}))
+        return self._finish(event)
+
+    def _finish(self, finish: Finish) -> bytes:
+        out = b""
+        if not self._sent_role:  # an empty answer still names its role first
+            out += sse.event(self._chunk({**self._role(), "content": ""}))
+        last = self._chunk({}, FINISH_REASONS[finish.reason])
+        if self._include_usage:
+            out += sse.event(last)
+            last = self._chunk({})
+            last["choices"] = []
+            last["usage"] = usage(finish)
+        last["b3os"] = self._context.b3os(streamed=True)
+        return out + sse.event(last) + sse.DONE
+
+    def error(self, error: InferError) -> bytes:
+        """A failure after the stream started ends it with an error event."""
+        return sse.event(error_body(error)) + sse.DONE

@@ -1,0 +1,1 @@
+"""HTTP routes, one module per resource; `infer` holds the flow both protocols share."""

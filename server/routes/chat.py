@@ -1,0 +1,20 @@
+"""The OpenAI Chat Completions route: `POST /v1/infer/chat/completions`."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from quart import Blueprint, Response
+
+from server.protocols.openai import encode
+from server.protocols.openai.decode import decode_chat
+from server.routes.infer import answer, read_json
+
+blueprint = Blueprint("chat", __name__)
+
+
+@blueprint.post("/v1/infer/chat/completions")
+async def create_chat_completion() -> Response:
+    request, options = decode_chat(await read_json())
+    stream = partial(encode.ChunkStream, include_usage=options.include_usage)
+    return await answer(request, "chat.completions", encode.completion_body, stream)

@@ -1,0 +1,125 @@
+"""The request flow both protocols share: read the JSON body, check the model, prepare, then
+answer as one JSON body or as a stream whose head waits for the first generated token."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any, Protocol
+
+import orjson
+from quart import Response, g, request
+
+from server.canonical import Answer, Event, GenerateRequest, fold
+from server.errors import (
+    InferError,
+    InternalError,
+    InvalidRequest,
+    ModelNotAvailable,
+    UnsupportedMediaType,
+)
+from server.generation import Generation
+from server.protocols.context import ResponseContext
+from server.requestlog import RequestRecord
+from server.state import server_state
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+EVENT_STREAM = "text/event-stream"
+
+
+class StreamEncoder(Protocol):
+    def start(self) -> bytes: ...
+
+    def encode(self, event: Event) -> bytes: ...
+
+    def error(self, error: InferError) -> bytes: ...
+
+
+async def read_json() -> Any:
+    if request.mimetype != JSON:
+        raise UnsupportedMediaType("expected Content-Type: application/json")
+    data = await request.get_data(cache=False)  # over max_request_bytes: 413, see server.app
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise InvalidRequest("the request body is not valid JSON") from None
+
+
+def json_response(body: dict[str, Any], status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status=status, content_type=JSON)
+
+
+def served(model: str) -> Generation:
+    """The generation service, once the model asked for is the one this node serves."""
+    generation = server_state().ready()
+    if model != generation.card.id:
+        raise ModelNotAvailable(
+            f"{model} is not served on this node; GET /v1/infer/models lists the models that are",
+            param="model",
+        )
+    return generation
+
+
+async def answer(
+    request_: GenerateRequest,
+    route: str,
+    body: Callable[[Answer, ResponseContext], dict[str, Any]],
+    stream: Callable[[ResponseContext], StreamEncoder],
+) -> Response:
+    generation = served(request_.model)
+    state = server_state()
+    record = state.requests.add(
+        RequestRecord(g.request_id, route, request_.model, g.timing, stream=request_.stream)
+    )
+    try:
+        prepared = generation.prepare(request_, g.request_id, g.timing)
+    except InferError as error:
+        record.failed(error.code)
+        raise
+    context = ResponseContext(
+        request_id=g.request_id,
+        model=generation.card.id,
+        node=state.settings.node_name,
+        prompt_tokens=prepared.prompt.num_tokens,
+        created=int(time.time()),
+        timing=g.timing,
+    )
+    events = generation.events(prepared, record)
+    if not request_.stream:
+        return json_response(body(await fold(events), context))
+    return await _stream(events, stream(context))
+
+
+async def _stream(events: AsyncGenerator[Event, None], encoder: StreamEncoder) -> Response:
+    # The head waits for the first generated token: a failure before it is a plain HTTP error,
+    # and Server-Timing can carry ttft.
+    try:
+        first = await anext(events)
+    except BaseException:
+        await events.aclose()
+        raise
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            yield encoder.start() + encoder.encode(first)
+            async for event in events:
+                yield encoder.encode(event)
+        except InferError as error:
+            yield encoder.error(error)
+        except Exception:
+            log.exception("stream of %s failed", g.request_id)
+            yield encoder.error(InternalError.for_request(g.request_id))
+        finally:
+            await events.aclose()  # a client gone mid-stream aborts the engine request
+
+    g.streaming = True
+    response = Response(
+        body(),
+        content_type=EVENT_STREAM,
+        headers={"Cache-Control": "no-cache", "Server-Timing": g.timing.header()},
+    )
+    response.timeout = None  # Quart would cut a response at 60 s
+    return response

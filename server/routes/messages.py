@@ -1,0 +1,28 @@
+"""The Anthropic Messages routes: `POST /v1/infer/v1/messages` and `.../count_tokens`."""
+
+from __future__ import annotations
+
+from quart import Blueprint, Response, g
+
+from server.protocols.anthropic import encode
+from server.protocols.anthropic.decode import decode_count_tokens, decode_messages
+from server.routes.infer import answer, json_response, read_json, served
+
+blueprint = Blueprint("messages", __name__)
+
+
+@blueprint.before_request
+def _anthropic_errors() -> None:
+    g.protocol = "anthropic"
+
+
+@blueprint.post("/v1/infer/v1/messages")
+async def create_message() -> Response:
+    request = decode_messages(await read_json())
+    return await answer(request, "messages", encode.message_body, encode.MessageStream)
+
+
+@blueprint.post("/v1/infer/v1/messages/count_tokens")
+async def count_tokens() -> Response:
+    request = decode_count_tokens(await read_json())
+    return json_response({"input_tokens": served(request.model).count_tokens(request)})

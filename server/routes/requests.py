@@ -1,0 +1,19 @@
+"""`GET /v1/requests/{request_id}`: the request log entry of a recent request."""
+
+from __future__ import annotations
+
+from quart import Blueprint, Response
+
+from server.errors import RouteNotFound
+from server.routes.infer import json_response
+from server.state import server_state
+
+blueprint = Blueprint("requests", __name__)
+
+
+@blueprint.get("/v1/requests/<request_id>")
+async def get_request(request_id: str) -> Response:
+    record = server_state().requests.get(request_id)
+    if record is None:
+        raise RouteNotFound(f"no request {request_id} in this node's request log")
+    return json_response(record.to_wire())

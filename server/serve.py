@@ -1,0 +1,72 @@
+"""Running the app on Hypercorn: HTTP/1.1, cleartext HTTP/2 with prior knowledge, and HTTP/2 or
+HTTP/1.1 over TLS chosen by ALPN when a certificate is given; graceful stop on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from hypercorn.asyncio import serve as hypercorn_serve
+from hypercorn.config import Config
+
+from server.app import create_app
+from server.config import Settings
+from server.state import ServerState
+
+log = logging.getLogger(__name__)
+
+# Requests in flight get this long to finish after SIGTERM before they are cut.
+GRACEFUL_TIMEOUT_S = 30.0
+ACCESS_LOG_FORMAT = '%(h)s "%(r)s" %(s)s %(b)s %(L)ss %({x-request-id}o)s'
+
+
+def hypercorn_config(settings: Settings) -> Config:
+    config = Config()
+    config.bind = [_bind(settings.host, settings.port)]
+    if settings.tls:
+        config.certfile = settings.certfile
+        config.keyfile = settings.keyfile
+        config.alpn_protocols = ["h2", "http/1.1"]
+    config.include_server_header = False
+    config.graceful_timeout = GRACEFUL_TIMEOUT_S
+    config.accesslog = logging.getLogger("b3os.access")
+    config.access_log_format = ACCESS_LOG_FORMAT
+    config.errorlog = logging.getLogger("hypercorn.error")
+    return config
+
+
+def _bind(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def serve(settings: Settings) -> int:
+    """Serves until SIGTERM or SIGINT; returns the process exit code."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    exit_code = 0
+
+    def install_signal_handlers() -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+
+    def start_failed(code: int) -> None:
+        nonlocal exit_code
+        exit_code = code
+        stop.set()
+
+    state = ServerState(
+        settings, on_engine_started=install_signal_handlers, on_start_failed=start_failed
+    )
+    install_signal_handlers()
+    app = create_app(settings, state)
+    scheme = "https" if settings.tls else "http"
+    log.info(
+        "listening on %s://%s:%d (node %s)",
+        scheme,
+        settings.host,
+        settings.port,
+        settings.node_name,
+    )
+    await hypercorn_serve(app, hypercorn_config(settings), shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+    return exit_code

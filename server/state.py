@@ -1,0 +1,91 @@
+"""Everything a running server holds, on the app object (no module-level state): settings, the
+engine and what it serves, the request log, the id generator."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from quart import current_app
+
+from server.config import Settings
+from server.engines.base import Engine
+from server.engines.registry import create_engine
+from server.errors import BackendUnavailable
+from server.generation import Generation
+from server.ids import RequestIds
+from server.models.card import ModelCard
+from server.models.source import ModelSource, resolve
+from server.prompt import PromptRenderer, load_tokenizer
+from server.requestlog import RequestLog
+
+log = logging.getLogger(__name__)
+
+EXTENSION = "b3os"
+STARTING_RETRY_AFTER = 5
+
+
+@dataclass(slots=True)
+class ServerState:
+    settings: Settings
+    ids: RequestIds = field(default_factory=RequestIds)
+    requests: RequestLog = field(default_factory=RequestLog)
+    source: ModelSource | None = None
+    engine: Engine | None = None
+    generation: Generation | None = None
+    # Called once the engine runs: SGLang binds signal handlers then, and the server wants SIGTERM
+    # back; and called with an exit code when the start fails.
+    on_engine_started: Callable[[], None] = lambda: None
+    on_start_failed: Callable[[int], None] = lambda code: None
+
+    async def start(self) -> None:
+        """Model, tokenizer, engine, in that order; the HTTP side serves health checks meanwhile."""
+        started = time.monotonic()
+        try:
+            self.source = await asyncio.to_thread(resolve, self.settings)
+            tokenizer = await asyncio.to_thread(load_tokenizer, self.source.path)
+            engine = create_engine(self.settings, self.source)
+            self.engine = engine
+            await engine.start()
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            log.exception("the model runtime failed to start")
+            self.on_start_failed(1)
+            return
+        self.on_engine_started()
+        card = ModelCard(
+            id=self.source.served_name,
+            context_length=engine.context_length,
+            max_request_bytes=self.settings.max_request_bytes,
+            created=int(time.time()),
+            owned_by=self.settings.node_name,
+        )
+        self.generation = Generation(engine, PromptRenderer(tokenizer), card)
+        log.info("serving %s, ready in %.1f s", card.id, time.monotonic() - started)
+
+    async def close(self) -> None:
+        if self.engine is not None:
+            await self.engine.close()
+
+    @property
+    def is_ready(self) -> bool:
+        return self.generation is not None
+
+    def ready(self) -> Generation:
+        """The generation service, or 503 while the runtime starts."""
+        if self.generation is None:
+            raise BackendUnavailable(
+                f"the model runtime on {self.settings.node_name} is starting; "
+                f"retry in {STARTING_RETRY_AFTER} seconds",
+                retry_after=STARTING_RETRY_AFTER,
+            )
+        return self.generation
+
+
+def server_state() -> ServerState:
+    state: ServerState = current_app.extensions[EXTENSION]
+    return state

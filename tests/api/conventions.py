@@ -1,0 +1,39 @@
+"""What every response of the contract carries, checked the same way everywhere."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+
+REQUEST_ID = re.compile(r"^req_[0-9a-hjkmnp-tv-z]{26}$")
+TIMING_ENTRY = re.compile(r"^[a-z_]+;dur=\d+(\.\d+)?$")
+
+# A greedy request whose answer is long and predictable in shape: the model continues counting.
+COUNTING = [
+    {"role": "user", "content": "Count from 1 to 500, separated by commas."},
+    {"role": "assistant", "content": "1, 2, 3, 4, 5"},
+]
+
+
+def server_timing(response: httpx.Response) -> dict[str, float]:
+    entries = [e.strip() for e in response.headers["server-timing"].split(",")]
+    assert all(TIMING_ENTRY.match(e) for e in entries), entries
+    return {name: float(dur.removeprefix("dur=")) for name, dur in (e.split(";") for e in entries)}
+
+
+def assert_ids(response: httpx.Response) -> str:
+    request_id = response.headers["x-request-id"]
+    assert REQUEST_ID.match(request_id)
+    assert response.headers["request-id"] == request_id
+    return request_id
+
+
+def assert_b3os(extension: dict[str, Any], *, streamed: bool) -> None:
+    assert extension["route"] == "local"
+    assert extension["node"] == "test-node"
+    timing = extension["timing"]
+    phase = "ttft_ms" if streamed else "model_ms"
+    assert set(timing) == {phase, "total_ms"}
+    assert 0 < timing[phase] <= timing["total_ms"]

@@ -1,0 +1,82 @@
+"""A real server process on a free loopback port, for the API tests: `python -m server serve`,
+its log kept in a file, stopped with SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+STARTUP_TIMEOUT_S = 600.0  # a fresh machine converts the embedded model first
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    def __init__(self, log_path: Path, *args: str, scheme: str = "http") -> None:
+        self.port = free_port()
+        self.scheme = scheme
+        self.log_path = log_path
+        self.args = ["--port", str(self.port), "--node-name", "test-node", *args]
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def origin(self) -> str:
+        return f"{self.scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """What SDKs take as base URL; they append /v1/messages or /chat/completions."""
+        return f"{self.origin}/v1/infer"
+
+    def start(self) -> None:
+        log = self.log_path.open("wb")
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "server", "serve", *self.args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def wait_ready(self, verify: str | bool = True) -> None:
+        assert self._process is not None
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        with httpx.Client(verify=verify, timeout=5) as client:
+            while time.monotonic() < deadline:
+                if self._process.poll() is not None:
+                    raise RuntimeError(f"server exited early:\n{self.log_tail()}")
+                try:
+                    if client.get(f"{self.origin}/readyz").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.5)
+        raise RuntimeError(f"server not ready after {STARTUP_TIMEOUT_S} s:\n{self.log_tail()}")
+
+    def stop(self) -> int | None:
+        if self._process is None:
+            return None
+        if self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+            try:
+                self._process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        return self._process.returncode
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")

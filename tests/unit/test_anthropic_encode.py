@@ -1,0 +1,91 @@
+"""Canonical events -> the exact Anthropic Messages wire."""
+
+from __future__ import annotations
+
+from server.canonical import Answer, Finish, FinishReason, TextDelta, Usage
+from server.errors import InvalidRequest, UnsupportedParameter
+from server.protocols.anthropic.encode import MessageStream, error_body, message_body
+from tests.unit.encoding import REQUEST_ID, context, parse_sse
+
+FINISH = Finish(FinishReason.STOP_SEQUENCE, Usage(7, 3, 2), stop_sequence="###")
+
+
+def test_stream_sends_anthropic_events_in_order() -> None:
+    stream = MessageStream(context())
+    raw = (
+        stream.start()
+        + stream.encode(TextDelta("Hel"))
+        + stream.encode(TextDelta("lo"))
+        + stream.encode(FINISH)
+    )
+    events = parse_sse(raw)
+    assert [name for name, _ in events] == [
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    assert all(data["type"] == name for name, data in events)
+    start = events[0][1]["message"]
+    assert start["id"] == "msg_" + REQUEST_ID.removeprefix("req_")
+    assert start["content"] == [] and start["stop_reason"] is None
+    assert start["usage"] == {"input_tokens": 7, "output_tokens": 0}
+    assert events[1][1] == {
+        "type": "content_block_start",
+        "index": 0,
+        "content_block": {"type": "text", "text": ""},
+    }
+    assert [data["delta"]["text"] for _, data in events[2:4]] == ["Hel", "lo"]
+    delta = events[5][1]
+    assert delta["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "###"}
+    assert delta["usage"] == {"input_tokens": 7, "output_tokens": 3}
+    assert delta["b3os"]["route"] == "local"
+    assert delta["b3os"]["timing"]["ttft_ms"] == 12.5
+
+
+def test_stream_without_text_opens_no_block() -> None:
+    stream = MessageStream(context())
+    finish = Finish(FinishReason.END_TURN, Usage(7, 1))
+    names = [name for name, _ in parse_sse(stream.start() + stream.encode(finish))]
+    assert names == ["message_start", "message_delta", "message_stop"]
+
+
+def test_error_event_carries_the_anthropic_error_shape() -> None:
+    [(name, data)] = parse_sse(MessageStream(context()).error(InvalidRequest("bad", param="x")))
+    assert name == "error"
+    assert data["type"] == "error"
+    assert data["error"] == {"type": "invalid_request_error", "message": "bad"}
+
+
+def test_message_body_is_the_folded_stream() -> None:
+    body = message_body(Answer("Hello", FINISH), context())
+    assert body["type"] == "message" and body["role"] == "assistant"
+    assert body["content"] == [{"type": "text", "text": "Hello"}]
+    assert body["stop_reason"] == "stop_sequence"
+    assert body["stop_sequence"] == "###"
+    assert body["usage"] == {"input_tokens": 7, "output_tokens": 3}
+    assert body["b3os"]["timing"]["model_ms"] == 40.0
+    assert "ttft_ms" not in body["b3os"]["timing"]
+
+
+def test_finish_reasons_map_to_anthropic_stop_reasons() -> None:
+    for reason, expected in [
+        (FinishReason.END_TURN, "end_turn"),
+        (FinishReason.MAX_TOKENS, "max_tokens"),
+        (FinishReason.STOP_SEQUENCE, "stop_sequence"),
+    ]:
+        body = message_body(Answer("", Finish(reason, Usage(1, 1))), context())
+        assert body["stop_reason"] == expected
+
+
+def test_error_body_names_the_code_and_parameter_under_b3os() -> None:
+    error = UnsupportedParameter("not taken", param="tools.0.type")
+    assert error_body(error, REQUEST_ID) == {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "not taken"},
+        "request_id": REQUEST_ID,
+        "b3os": {"code": "unsupported_parameter", "param": "tools.0.type"},
+    }

@@ -1,0 +1,84 @@
+"""Canonical events -> the exact OpenAI Chat Completions wire."""
+
+from __future__ import annotations
+
+from server.canonical import Answer, Finish, FinishReason, TextDelta, Usage
+from server.errors import BackendUnavailable
+from server.protocols.openai.encode import ChunkStream, completion_body, error_body
+from tests.unit.encoding import REQUEST_ID, context, parse_sse
+
+FINISH = Finish(FinishReason.MAX_TOKENS, Usage(7, 3, 4))
+
+
+def _chunks(include_usage: bool) -> list[object]:
+    stream = ChunkStream(context(), include_usage=include_usage)
+    raw = stream.start() + stream.encode(TextDelta("Hi")) + stream.encode(TextDelta("!"))
+    return [data for _, data in parse_sse(raw + stream.encode(FINISH))]
+
+
+def test_stream_sends_role_content_finish_then_done() -> None:
+    chunks = _chunks(include_usage=False)
+    assert chunks[-1] == "[DONE]"
+    body = chunks[:-1]
+    assert all(c["object"] == "chat.completion.chunk" for c in body)
+    assert {c["id"] for c in body} == {"chatcmpl-" + REQUEST_ID.removeprefix("req_")}
+    assert [c["choices"][0]["delta"] for c in body] == [
+        {"role": "assistant", "content": "Hi"},
+        {"content": "!"},
+        {},
+    ]
+    assert [c["choices"][0]["finish_reason"] for c in body] == [None, None, "length"]
+    assert all("usage" not in c for c in body)
+    assert "b3os" in body[-1] and all("b3os" not in c for c in body[:-1])
+
+
+def test_include_usage_adds_a_usage_chunk_and_null_usage_elsewhere() -> None:
+    chunks = _chunks(include_usage=True)
+    assert chunks[-1] == "[DONE]"
+    usage_chunk = chunks[-2]
+    assert usage_chunk["choices"] == []
+    assert usage_chunk["usage"] == {
+        "prompt_tokens": 7,
+        "completion_tokens": 3,
+        "total_tokens": 10,
+        "prompt_tokens_details": {"cached_tokens": 4},
+    }
+    assert usage_chunk["b3os"]["timing"]["ttft_ms"] == 12.5
+    assert all(c["usage"] is None for c in chunks[:-2])
+
+
+def test_empty_answer_still_sends_the_role() -> None:
+    stream = ChunkStream(context(), include_usage=False)
+    chunks = [d for _, d in parse_sse(stream.encode(Finish(FinishReason.END_TURN, Usage(1, 1))))]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert chunks[1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_completion_body_is_the_folded_stream() -> None:
+    body = completion_body(Answer("Hi!", FINISH), context())
+    assert body["object"] == "chat.completion"
+    assert body["created"] == 1793001600
+    [choice] = body["choices"]
+    assert choice["message"] == {"role": "assistant", "content": "Hi!", "refusal": None}
+    assert choice["finish_reason"] == "length"
+    assert body["usage"]["total_tokens"] == 10
+    assert body["b3os"]["timing"]["model_ms"] == 40.0
+
+
+def test_stop_sequence_and_end_of_turn_both_finish_with_stop() -> None:
+    for reason in (FinishReason.END_TURN, FinishReason.STOP_SEQUENCE):
+        body = completion_body(Answer("", Finish(reason, Usage(1, 1))), context())
+        assert body["choices"][0]["finish_reason"] == "stop"
+
+
+def test_error_shape_is_openai_with_the_b3os_code() -> None:
+    error = BackendUnavailable("restarting", retry_after=5)
+    assert error_body(error) == {
+        "error": {
+            "message": "restarting",
+            "type": "server_error",
+            "param": None,
+            "code": "infer_backend_unavailable",
+        }
+    }
+    assert error.headers() == {"Retry-After": "5"}
