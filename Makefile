@@ -35,8 +35,9 @@ serve: install
 	$(BIN)/b3os-infer serve $(ARGS)
 
 lint: install
-	$(BIN)/ruff check server tests bench grammars
-	$(BIN)/ruff format --check server tests bench grammars
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 test: install lint
 	$(BIN)/python -m pytest $(ARGS)

@@ -14,6 +14,8 @@ from typing import Any
 ENV_PREFIX = "B3OS_INFER_"
 DEFAULT_PORT = 7700
 DEFAULT_MAX_REQUEST_BYTES = 10 * 1024 * 1024
+DEVICES = ("cuda", "cpu")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def default_cache_dir() -> Path:
@@ -109,6 +111,19 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
     values.setdefault("node_name", socket.gethostname())
     known = {f.name for f in fields(Settings)}
     settings = Settings(**{k: v for k, v in values.items() if k in known})
+    _check(settings)
+    return settings
+
+
+def _check(settings: Settings) -> None:
+    from server.engines.registry import ENGINES  # the registry imports Settings from here
+
     if (settings.certfile is None) != (settings.keyfile is None):
         raise SystemExit("--certfile and --keyfile go together")
-    return settings
+    for name, value, choices in (
+        ("--engine", settings.engine, tuple(ENGINES)),
+        ("--device", settings.device, DEVICES),
+        ("--log-level", settings.log_level, LOG_LEVELS),
+    ):
+        if value is not None and value not in choices:
+            raise SystemExit(f"{name} {value!r}: choose one of {', '.join(choices)}")

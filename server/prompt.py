@@ -4,7 +4,7 @@ this process, so counts are exact before the engine runs (count_tokens, context 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from server.canonical import GenerateRequest, Message
 
@@ -56,5 +56,4 @@ def load_tokenizer(path: str) -> Tokenizer:
     ensure_torchvision_loadable()
     from transformers import AutoTokenizer
 
-    tokenizer: Tokenizer = AutoTokenizer.from_pretrained(path)
-    return tokenizer
+    return cast(Tokenizer, AutoTokenizer.from_pretrained(path))

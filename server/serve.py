@@ -46,9 +46,16 @@ async def serve(settings: Settings) -> int:
     stop = asyncio.Event()
     exit_code = 0
 
+    def stop_serving() -> None:
+        if not stop.is_set():
+            log.info(
+                "stopping: no new connections; requests in flight get %.0f s", GRACEFUL_TIMEOUT_S
+            )
+            stop.set()
+
     def install_signal_handlers() -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
+            loop.add_signal_handler(signum, stop_serving)
 
     def start_failed(code: int) -> None:
         nonlocal exit_code
@@ -68,5 +75,6 @@ async def serve(settings: Settings) -> int:
         settings.port,
         settings.node_name,
     )
-    await hypercorn_serve(app, hypercorn_config(settings), shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+    await hypercorn_serve(app, hypercorn_config(settings), shutdown_trigger=stop.wait)
+    log.info("stopped")
     return exit_code

@@ -18,6 +18,7 @@ from server.errors import BackendUnavailable
 from server.generation import Generation
 from server.ids import RequestIds
 from server.models.card import ModelCard
+from server.models.embedded import ModelSetupError
 from server.models.source import ModelSource, resolve
 from server.prompt import PromptRenderer, load_tokenizer
 from server.requestlog import RequestLog
@@ -52,6 +53,10 @@ class ServerState:
             await engine.start()
         except asyncio.CancelledError:
             raise
+        except ModelSetupError as error:
+            log.error("cannot start: %s", error)
+            self.on_start_failed(1)
+            return
         except BaseException:
             log.exception("the model runtime failed to start")
             self.on_start_failed(1)
@@ -69,6 +74,7 @@ class ServerState:
 
     async def close(self) -> None:
         if self.engine is not None:
+            log.info("stopping the model runtime")
             await self.engine.close()
 
     @property

@@ -19,9 +19,5 @@ ENGINES: dict[str, Callable[[Settings, ModelSource], Engine]] = {"sglang": _sgla
 
 
 def create_engine(settings: Settings, source: ModelSource) -> Engine:
-    try:
-        factory = ENGINES[settings.engine]
-    except KeyError:
-        choices = ", ".join(sorted(ENGINES))
-        raise SystemExit(f"unknown engine {settings.engine!r}; choose one of: {choices}") from None
-    return factory(settings, source)
+    """`settings.engine` was checked against ENGINES when the settings were read."""
+    return ENGINES[settings.engine](settings, source)

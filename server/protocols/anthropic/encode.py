@@ -62,7 +62,7 @@ class MessageStream:
         self._open = False
 
     def start(self) -> bytes:
-        message = {
+        message: dict[str, Any] = {
             "id": message_id(self._context.request_id),
             "type": "message",
             "role": "assistant",

@@ -9,6 +9,8 @@ This module must not define `torch.ops.sgl_kernel.convert_weight_packed`: SGLang
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 
@@ -32,7 +34,7 @@ def assign_req_to_token_pool_cpu(
         position += count
 
 
-def _missing(name: str):  # type: ignore[no-untyped-def]
+def _missing(name: str) -> Callable[..., None]:
     def kernel(*args: object, **kwargs: object) -> None:
         raise NotImplementedError(
             f"sgl_kernel.{name} is not available on this CPU (b3os-infer's stand-in for CPUs "

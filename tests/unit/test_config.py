@@ -1,0 +1,84 @@
+"""Settings: flags, each also settable by an environment variable; a flag wins."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from server.cli import build_parser
+from server.config import DEFAULT_PORT, Settings, settings_from
+
+
+def settings(argv: list[str], environ: dict[str, str] | None = None) -> Settings:
+    return settings_from(build_parser().parse_args(["serve", *argv]), environ or {})
+
+
+def test_defaults() -> None:
+    s = settings([])
+    assert s.port == DEFAULT_PORT == 7700
+    assert s.host == "127.0.0.1"
+    assert s.engine == "sglang"
+    assert s.device is None  # cuda where a GPU is present, else cpu
+    assert s.model is None  # the embedded model
+    assert s.node_name  # the host name
+    assert s.max_request_bytes == 10 * 1024 * 1024
+    assert s.tls is False
+
+
+def test_environment_variables_set_every_flag() -> None:
+    environ = {
+        "B3OS_INFER_PORT": "8123",
+        "B3OS_INFER_SERVED_MODEL_NAME": "team/model",
+        "B3OS_INFER_CONTEXT_LENGTH": "4096",
+        "B3OS_INFER_MEM_FRACTION_STATIC": "0.8",
+        "B3OS_INFER_TP_SIZE": "2",
+        "B3OS_INFER_CACHE_DIR": "/tmp/x",
+    }
+    s = settings([], environ)
+    assert (s.port, s.served_model_name, s.context_length) == (8123, "team/model", 4096)
+    assert (s.mem_fraction_static, s.tp_size, s.cache_dir) == (0.8, 2, Path("/tmp/x"))
+
+
+def test_a_flag_wins_over_its_environment_variable() -> None:
+    assert settings(["--port", "9000"], {"B3OS_INFER_PORT": "8123"}).port == 9000
+
+
+def test_invalid_environment_value_is_a_clear_error() -> None:
+    with pytest.raises(SystemExit, match="B3OS_INFER_PORT"):
+        settings([], {"B3OS_INFER_PORT": "eighty"})
+
+
+def test_certificate_and_key_go_together() -> None:
+    with pytest.raises(SystemExit, match="--certfile and --keyfile"):
+        settings(["--certfile", "cert.pem"])
+    assert settings(["--certfile", "c.pem", "--keyfile", "k.pem"]).tls
+
+
+@pytest.mark.parametrize("command", [["b3os-infer"], [sys.executable, "-m", "server"]])
+def test_both_entry_points_take_serve(command: list[str]) -> None:
+    executable = Path(sys.executable).parent / command[0] if command[0] == "b3os-infer" else None
+    argv = [str(executable), *command[1:]] if executable else command
+    result = subprocess.run([*argv, "serve", "--help"], capture_output=True, text=True, check=True)
+    for flag in ("--port", "--engine", "--device", "--model", "--certfile", "--tp-size"):
+        assert flag in result.stdout
+    assert "B3OS_INFER_PORT" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "argv", [["--engine", "vllm"], ["--device", "tpu"], ["--log-level", "loud"]]
+)
+def test_unknown_choices_are_refused_at_start(argv: list[str]) -> None:
+    with pytest.raises(SystemExit, match=argv[0]):
+        settings(argv)
+
+
+def test_readme_documents_every_flag() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    parser = build_parser()
+    serve = parser._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
+    flags = [a.option_strings[0] for a in serve._actions if a.option_strings[0] != "-h"]
+    assert flags
+    assert [f for f in flags if f"`{f}`" not in readme] == []
