@@ -54,7 +54,7 @@ def tls_server(
 
 @pytest.fixture(scope="module")
 def tls_model(tls_server: ServerProcess, trust: ssl.SSLContext) -> str:
-    with httpx.Client(verify=trust) as client:
+    with httpx.Client(verify=trust, timeout=120) as client:
         return str(client.get(f"{tls_server.base_url}/models").json()["data"][0]["id"])
 
 
@@ -62,7 +62,7 @@ def test_alpn_chooses_http2(
     tls_server: ServerProcess, trust: ssl.SSLContext, tls_model: str
 ) -> None:
     body = {"model": tls_model, "max_tokens": 4, "messages": HELLO}
-    with httpx.Client(base_url=tls_server.origin, verify=trust, http2=True) as client:
+    with httpx.Client(base_url=tls_server.origin, verify=trust, http2=True, timeout=120) as client:
         response = client.post("/v1/infer/chat/completions", json=body)
     assert response.http_version == "HTTP/2"
     assert response.status_code == 200
@@ -71,7 +71,7 @@ def test_alpn_chooses_http2(
 
 def test_http1_over_tls(tls_server: ServerProcess, trust: ssl.SSLContext, tls_model: str) -> None:
     body = {"model": tls_model, "max_tokens": 4, "messages": HELLO}
-    with httpx.Client(base_url=tls_server.origin, verify=trust) as client:
+    with httpx.Client(base_url=tls_server.origin, verify=trust, timeout=120) as client:
         response = client.post("/v1/infer/v1/messages", json=body)
     assert response.http_version == "HTTP/1.1"
     assert response.status_code == 200
@@ -81,14 +81,14 @@ def test_sdks_stream_over_tls_with_http2(
     tls_server: ServerProcess, trust: ssl.SSLContext, tls_model: str
 ) -> None:
     # The Anthropic SDK 2.x runs on httpx2 (a fork of httpx), the OpenAI SDK on httpx.
-    with httpx2.Client(verify=trust, http2=True) as transport:
+    with httpx2.Client(verify=trust, http2=True, timeout=120) as transport:
         claude = anthropic.Anthropic(
             base_url=tls_server.base_url, auth_token="x", http_client=transport, max_retries=0
         )
         with claude.messages.stream(model=tls_model, max_tokens=6, messages=HELLO) as stream:
             text = "".join(stream.text_stream)
             assert stream.get_final_message().content[0].text == text
-    with httpx.Client(verify=trust, http2=True) as transport:
+    with httpx.Client(verify=trust, http2=True, timeout=120) as transport:
         gpt = openai.OpenAI(
             base_url=tls_server.base_url, api_key="x", http_client=transport, max_retries=0
         )
