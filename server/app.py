@@ -24,7 +24,7 @@ from server.protocols.anthropic.encode import error_body as anthropic_error
 from server.protocols.openai.encode import error_body as openai_error
 from server.routes import chat, health, messages, models, requests
 from server.routes.infer import json_response
-from server.state import EXTENSION, ServerState
+from server.state import EXTENSION, ServerState, server_state
 from server.timing import Timing
 
 log = logging.getLogger(__name__)
@@ -65,15 +65,9 @@ def _lifecycle(app: Quart) -> None:
 
 def _begin() -> None:
     g.timing = Timing()
-    g.request_id = request_ids().new()
-    g.protocol = "openai"
+    g.request_id = server_state().ids.new()
+    g.protocol = "openai"  # the Messages blueprint sets "anthropic"
     g.streaming = False
-
-
-def request_ids() -> Any:
-    from quart import current_app
-
-    return current_app.extensions[EXTENSION].ids
 
 
 def _headers(response: Response) -> Response:

@@ -119,11 +119,10 @@ class Fields:
 
     def done(self) -> None:
         """Every member not taken is a parameter this node does not take."""
-        for key, value in self._value.items():
+        for key in self._value:
             if key not in self._taken:
                 path = join(self.path, key)
                 raise UnsupportedParameter(f"{path} is not supported on this node", param=path)
-            del value
 
 
 def _tuple(kinds: type | tuple[type, ...]) -> tuple[type, ...]:
