@@ -1,5 +1,6 @@
 """HTTP/2 and HTTP/1.1 over TLS, chosen by ALPN, on a second real server started with a
-certificate (its own engine: TLS is a property of the listener)."""
+certificate (its own engine: TLS is a property of the listener). That server is also started the
+way a user serves their own model: `--model FOLDER --served-model-name NAME`."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ import openai
 import pytest
 import trustme
 
+from server.config import default_cache_dir
+from server.models.embedded import ensure_converted
 from tests.api.conventions import assert_ids
 from tests.server_process import ServerProcess
 
 HELLO = [{"role": "user", "content": "Say hello."}]
+SERVED_NAME = "tests/smollm2-from-a-folder"
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +43,11 @@ def tls_server(
     cert = ca.issue_cert("127.0.0.1", "localhost")
     cert.cert_chain_pems[0].write_to_path(str(folder / "cert.pem"))
     cert.private_key_pem.write_to_path(str(folder / "key.pem"))
+    model_folder = ensure_converted(default_cache_dir())
     process = ServerProcess(
         folder / "server.log",
         *("--certfile", str(folder / "cert.pem"), "--keyfile", str(folder / "key.pem")),
+        *("--model", str(model_folder), "--served-model-name", SERVED_NAME),
         scheme="https",
     )
     process.start()
@@ -55,7 +61,9 @@ def tls_server(
 @pytest.fixture(scope="module")
 def tls_model(tls_server: ServerProcess, trust: ssl.SSLContext) -> str:
     with httpx.Client(verify=trust, timeout=120) as client:
-        return str(client.get(f"{tls_server.base_url}/models").json()["data"][0]["id"])
+        [card] = client.get(f"{tls_server.base_url}/models").json()["data"]
+    assert card["id"] == SERVED_NAME
+    return str(card["id"])
 
 
 def test_alpn_chooses_http2(
