@@ -19,6 +19,7 @@ from server.errors import (
     MethodNotAllowed,
     PayloadTooLarge,
     RouteNotFound,
+    public,
 )
 from server.protocols.anthropic.encode import error_body as anthropic_error
 from server.protocols.openai.encode import error_body as openai_error
@@ -85,8 +86,7 @@ def _headers(response: Response) -> Response:
 
 async def _render(error: InferError) -> Response:
     request_id = getattr(g, "request_id", "")
-    if error.code == InternalError.code:
-        error = InternalError.for_request(request_id)
+    error = public(error, request_id)
     if getattr(g, "protocol", "openai") == "anthropic" and not error.before_infer:
         body = anthropic_error(error, request_id)
     else:

@@ -115,6 +115,11 @@ class InternalError(InferError):
         return cls(f"internal error (request {request_id})")
 
 
+def public(error: InferError, request_id: str) -> InferError:
+    """The error as a client may see it: a 500 says only which request failed."""
+    return InternalError.for_request(request_id) if error.code == InternalError.code else error
+
+
 class BackendUnavailable(InferError):
     status, code = 503, "infer_backend_unavailable"
     anthropic_type, openai_type = "overloaded_error", "server_error"

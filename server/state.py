@@ -37,6 +37,7 @@ class ServerState:
     source: ModelSource | None = None
     engine: Engine | None = None
     generation: Generation | None = None
+    engine_factory: Callable[[Settings, ModelSource], Engine] = create_engine
     # Called once the engine runs: SGLang binds signal handlers then, and the server wants SIGTERM
     # back; and called with an exit code when the start fails.
     on_engine_started: Callable[[], None] = lambda: None
@@ -48,7 +49,7 @@ class ServerState:
         try:
             self.source = await asyncio.to_thread(resolve, self.settings)
             tokenizer = await asyncio.to_thread(load_tokenizer, self.source.path)
-            engine = create_engine(self.settings, self.source)
+            engine = self.engine_factory(self.settings, self.source)
             self.engine = engine
             await engine.start()
         except asyncio.CancelledError:
@@ -61,7 +62,6 @@ class ServerState:
             log.exception("the model runtime failed to start")
             self.on_start_failed(1)
             return
-        self.on_engine_started()
         card = ModelCard(
             id=self.source.served_name,
             context_length=engine.context_length,
@@ -70,6 +70,7 @@ class ServerState:
             owned_by=self.settings.node_name,
         )
         self.generation = Generation(engine, PromptRenderer(tokenizer), card)
+        self.on_engine_started()
         log.info("serving %s, ready in %.1f s", card.id, time.monotonic() - started)
 
     async def close(self) -> None:

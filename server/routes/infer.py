@@ -18,6 +18,7 @@ from server.errors import (
     InvalidRequest,
     ModelNotAvailable,
     UnsupportedMediaType,
+    public,
 )
 from server.generation import Generation
 from server.protocols.context import ResponseContext
@@ -94,6 +95,7 @@ async def answer(
 
 
 async def _stream(events: AsyncGenerator[Event, None], encoder: StreamEncoder) -> Response:
+    request_id: str = g.request_id  # the body below runs outside the request context
     # The head waits for the first generated token: a failure before it is a plain HTTP error,
     # and Server-Timing can carry ttft.
     try:
@@ -108,10 +110,10 @@ async def _stream(events: AsyncGenerator[Event, None], encoder: StreamEncoder) -
             async for event in events:
                 yield encoder.encode(event)
         except InferError as error:
-            yield encoder.error(error)
+            yield encoder.error(public(error, request_id))
         except Exception:
-            log.exception("stream of %s failed", g.request_id)
-            yield encoder.error(InternalError.for_request(g.request_id))
+            log.exception("stream of %s failed", request_id)
+            yield encoder.error(InternalError.for_request(request_id))
         finally:
             await events.aclose()  # a client gone mid-stream aborts the engine request
 

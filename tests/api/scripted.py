@@ -1,0 +1,103 @@
+"""A scripted engine, for what the real model cannot be made to do on demand (fail mid-stream,
+refuse before its first token), served by the real app on a real Hypercorn listener."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import AsyncGenerator, Iterator
+from dataclasses import dataclass, field
+
+from hypercorn.asyncio import serve
+
+from server.app import create_app
+from server.config import Settings
+from server.engines.base import EngineFinish, EngineOutput, EngineRequest, StopKind
+from server.errors import InferError
+from server.models.source import ModelSource
+from server.serve import hypercorn_config
+from server.state import ServerState
+
+Step = EngineOutput | InferError | Exception
+
+
+def text(piece: str, tokens: int) -> EngineOutput:
+    return EngineOutput(piece, tokens)
+
+
+def end(prompt_tokens: int, tokens: int) -> EngineOutput:
+    return EngineOutput("", tokens, EngineFinish(StopKind.END_OF_TURN, prompt_tokens, tokens))
+
+
+@dataclass
+class ScriptedEngine:
+    """Plays one script per request, in the order they were queued."""
+
+    scripts: deque[list[Step]] = field(default_factory=deque)
+    context_length: int = 8192
+    is_ready: bool = True
+    running_requests: int = 0
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
+        for step in self.scripts.popleft():
+            if isinstance(step, Exception):
+                raise step
+            await asyncio.sleep(0)
+            yield step
+
+
+class ScriptedServer:
+    """The real app and Hypercorn in a background thread with its own event loop."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.engine = ScriptedEngine()
+        self.settings = settings
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+
+    def _factory(self, settings: Settings, source: ModelSource) -> ScriptedEngine:
+        return self.engine
+
+    def _run(self) -> None:
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        state = ServerState(
+            self.settings, engine_factory=self._factory, on_engine_started=self._ready.set
+        )
+        app = create_app(self.settings, state)
+        await serve(app, hypercorn_config(self.settings), shutdown_trigger=self._stop.wait)
+
+    def __enter__(self) -> ScriptedServer:
+        self._thread.start()
+        if not self._ready.wait(timeout=300):
+            raise RuntimeError("scripted server did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._loop is not None and self._stop is not None
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=60)
+
+    def play(self, *steps: Step) -> None:
+        self.engine.scripts.append(list(steps))
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.settings.port}"
+
+
+def scripted_server(settings: Settings) -> Iterator[ScriptedServer]:
+    with ScriptedServer(settings) as server:
+        yield server
