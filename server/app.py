@@ -23,7 +23,7 @@ from server.errors import (
 )
 from server.protocols.anthropic.encode import error_body as anthropic_error
 from server.protocols.openai.encode import error_body as openai_error
-from server.routes import chat, health, messages, models, requests
+from server.routes import chat, health, messages, models, openapi, requests
 from server.routes.infer import json_response
 from server.state import EXTENSION, ServerState, server_state
 from server.timing import Timing
@@ -40,7 +40,7 @@ def create_app(settings: Settings, state: ServerState | None = None) -> Quart:
         JSON_SORT_KEYS=False,
     )
     app.extensions[EXTENSION] = state or ServerState(settings)
-    for module in (health, messages, chat, models, requests):
+    for module in (health, messages, chat, models, requests, openapi):
         app.register_blueprint(module.blueprint)
     app.before_request(_begin)
     app.after_request(_headers)
@@ -99,10 +99,7 @@ async def _render(error: InferError) -> Response:
 async def _http_error(error: HTTPException) -> Response:
     """Errors Quart raises itself (routing, body size) in our shapes."""
     if isinstance(error, RequestEntityTooLarge):
-        limit = request.max_content_length
-        size = request.content_length
-        said = f"Request body is {size} bytes" if size else "Request body is too large"
-        return await _render(PayloadTooLarge(f"{said}; this node accepts at most {limit}"))
+        return await _render(_too_large())
     if error.code == 404:
         return await _render(RouteNotFound(f"no route {request.method} {request.path}"))
     if error.code == 405:
@@ -116,6 +113,17 @@ async def _http_error(error: HTTPException) -> Response:
     if error.code is not None and 400 <= error.code < 500:
         return await _render(InvalidRequest(error.description or "bad request"))
     return await _unexpected(error)
+
+
+def _too_large() -> PayloadTooLarge:
+    # Quart refuses from Content-Length before reading, and stops reading a chunked body once
+    # past the limit (MAX_CONTENT_LENGTH).
+    state = server_state()
+    limit = state.settings.max_request_bytes
+    model = state.source.served_name if state.source else "this node"
+    size = request.content_length
+    said = f"Request body is {size} bytes" if size else f"Request body exceeds {limit} bytes"
+    return PayloadTooLarge(f"{said}; {model} accepts at most {limit}")
 
 
 async def _unexpected(error: Exception) -> Response:

@@ -16,6 +16,7 @@ DEFAULT_PORT = 7700
 DEFAULT_MAX_REQUEST_BYTES = 10 * 1024 * 1024
 DEVICES = ("cuda", "cpu")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+SYSTEM_IN_MESSAGES = ("refuse", "keep")
 
 
 def default_cache_dir() -> Path:
@@ -43,6 +44,7 @@ class Settings:
     tp_size: int = 1
     max_running_requests: int | None = None
     max_total_tokens: int | None = None  # None: SGLang's sizing on a GPU, 65536 on a CPU
+    system_in_messages: str = "refuse"  # refuse | keep (Messages: a system turn inside messages)
 
     @property
     def tls(self) -> bool:
@@ -76,6 +78,11 @@ _OPTIONS = (
     _Option("tp_size", "SGLang: tensor parallel size (GPUs per model replica)", int),
     _Option("max_running_requests", "SGLang: most requests decoded at once", int),
     _Option("max_total_tokens", "SGLang: KV cache size in tokens (default on a CPU: 65536)", int),
+    _Option(
+        "system_in_messages",
+        "Messages: a system turn inside messages is refused (refuse, the default) or rendered "
+        "where it stands (keep), where the model's chat format allows",
+    ),
 )
 
 
@@ -124,6 +131,7 @@ def _check(settings: Settings) -> None:
         ("--engine", settings.engine, tuple(ENGINES)),
         ("--device", settings.device, DEVICES),
         ("--log-level", settings.log_level, LOG_LEVELS),
+        ("--system-in-messages", settings.system_in_messages, SYSTEM_IN_MESSAGES),
     ):
         if value is not None and value not in choices:
             raise SystemExit(f"{name} {value!r}: choose one of {', '.join(choices)}")

@@ -10,9 +10,23 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
 
-from server.canonical import Event, Finish, FinishReason, GenerateRequest, TextDelta, Usage
+from server.canonical import (
+    Event,
+    Finish,
+    FinishReason,
+    GenerateRequest,
+    TextDelta,
+    ThinkingMode,
+    Usage,
+)
 from server.engines.base import Engine, EngineFinish, EngineRequest, StopKind
-from server.errors import ContextLengthExceeded, InferError, InternalError
+from server.errors import (
+    ContextLengthExceeded,
+    InferError,
+    InternalError,
+    InvalidRequest,
+    UnsupportedParameter,
+)
 from server.models.card import ModelCard
 from server.prompt import Prompt, PromptRenderer
 from server.requestlog import RequestRecord
@@ -42,14 +56,17 @@ class Generation:
 
     def prepare(self, request: GenerateRequest, request_id: str, timing: Timing) -> Prepared:
         """Renders the prompt and sizes the answer; raises before anything reaches the engine."""
+        self._check_supported(request)
         started = time.perf_counter()
         prompt = self.renderer.render(request)
         timing.record("template", started)
-        room = self.card.context_length - prompt.num_tokens
+        limits = self.engine.limits
+        room = limits.room(prompt.num_tokens)
         if room <= 0:
+            # The wording agents match to trigger compaction.
+            maximum = min(limits.max_prompt_tokens, limits.max_total_tokens - 1)
             raise ContextLengthExceeded(
-                f"the prompt is {prompt.num_tokens} tokens; {self.card.id} has a context of "
-                f"{self.card.context_length} tokens and needs room for at least one more",
+                f"prompt is too long: {prompt.num_tokens} tokens > {maximum} maximum",
                 param="messages",
             )
         # A max_tokens beyond the context is clamped to what fits: the answer then ends with
@@ -58,6 +75,25 @@ class Generation:
         max_tokens = room if wanted is None else min(wanted, room)
         sampling = dataclasses.replace(request.sampling, max_tokens=max_tokens)
         return Prepared(prompt, EngineRequest(request_id, prompt.ids, sampling))
+
+    def _check_supported(self, request: GenerateRequest) -> None:
+        for image in request.images():
+            if "image_input" not in self.card.capabilities:
+                raise InvalidRequest(
+                    f"{image.path}: {self.card.id} does not take images (its capabilities lack "
+                    "image_input)",
+                    param=image.path,
+                )
+        if request.sampling.logprobs:
+            raise UnsupportedParameter("logprobs are not available on this node", param="logprobs")
+        if request.tools or any(m.role == "tool" for m in request.messages):
+            raise UnsupportedParameter("tool use is not available on this node", param="tools")
+        if request.response_format is not None:
+            raise UnsupportedParameter(
+                "structured output is not available on this node", param="response_format"
+            )
+        if request.thinking.mode is not ThinkingMode.DISABLED:
+            raise UnsupportedParameter("thinking is not available on this node", param="thinking")
 
     async def events(
         self, prepared: Prepared, record: RequestRecord

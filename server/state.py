@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from quart import current_app
 
+from grammars import ModelFamily, family_for
 from server.config import Settings
 from server.engines.base import Engine
 from server.engines.registry import create_engine
@@ -21,6 +22,7 @@ from server.models.card import ModelCard
 from server.models.embedded import ModelSetupError
 from server.models.source import ModelSource, resolve
 from server.prompt import PromptRenderer, load_tokenizer
+from server.protocols.anthropic.decode import DecodeOptions
 from server.requestlog import RequestLog
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,7 @@ class ServerState:
     source: ModelSource | None = None
     engine: Engine | None = None
     generation: Generation | None = None
+    decode_options: DecodeOptions = field(default_factory=DecodeOptions)
     engine_factory: Callable[[Settings, ModelSource], Engine] = create_engine
     # Called once the engine runs: SGLang binds signal handlers then, and the server wants SIGTERM
     # back; and called with an exit code when the start fails.
@@ -64,14 +67,26 @@ class ServerState:
             return
         card = ModelCard(
             id=self.source.served_name,
-            context_length=engine.context_length,
+            context_length=engine.limits.context_length,
             max_request_bytes=self.settings.max_request_bytes,
             created=int(time.time()),
             owned_by=self.settings.node_name,
         )
+        family = family_for(getattr(tokenizer, "chat_template", None))
+        self.decode_options = self._decode_options(family)
         self.generation = Generation(engine, PromptRenderer(tokenizer), card)
         self.on_engine_started()
         log.info("serving %s, ready in %.1f s", card.id, time.monotonic() - started)
+
+    def _decode_options(self, family: ModelFamily) -> DecodeOptions:
+        keep = self.settings.system_in_messages == "keep"
+        if keep and not family.system_anywhere:
+            log.warning(
+                "--system-in-messages keep: the %s chat format cannot hold a system turn past "
+                "the first, so such messages are refused",
+                family.name,
+            )
+        return DecodeOptions("keep" if keep and family.system_anywhere else "refuse")
 
     async def close(self) -> None:
         if self.engine is not None:

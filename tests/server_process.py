@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -48,7 +49,15 @@ class ServerProcess:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
 
-    def wait_ready(self, verify: str | bool = True) -> None:
+    def wait_listening(self, verify: ssl.SSLContext | bool = True) -> None:
+        """Until the listener answers (the engine may still be starting)."""
+        self._wait_for("/healthz", verify)
+
+    def wait_ready(self, verify: ssl.SSLContext | bool = True) -> None:
+        """Until the engine answers requests."""
+        self._wait_for("/readyz", verify)
+
+    def _wait_for(self, path: str, verify: ssl.SSLContext | bool) -> None:
         assert self._process is not None
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         with httpx.Client(verify=verify, timeout=5) as client:
@@ -56,7 +65,7 @@ class ServerProcess:
                 if self._process.poll() is not None:
                     raise RuntimeError(f"server exited early:\n{self.log_tail()}")
                 try:
-                    if client.get(f"{self.origin}/readyz").status_code == 200:
+                    if client.get(f"{self.origin}{path}").status_code == 200:
                         return
                 except httpx.TransportError:
                     pass

@@ -2,7 +2,24 @@
 
 from server.canonical.answer import Answer, fold
 from server.canonical.events import Event, Finish, FinishReason, TextDelta, Usage
-from server.canonical.request import GenerateRequest, Message, Role, Sampling, Text
+from server.canonical.request import (
+    GenerateRequest,
+    Image,
+    Message,
+    Part,
+    ResponseFormat,
+    Role,
+    Sampling,
+    Text,
+    Thinking,
+    ThinkingConfig,
+    ThinkingMode,
+    Tool,
+    ToolCall,
+    ToolChoice,
+    ToolChoiceKind,
+    ToolResult,
+)
 
 __all__ = [
     "Answer",
@@ -10,11 +27,22 @@ __all__ = [
     "Finish",
     "FinishReason",
     "GenerateRequest",
+    "Image",
     "Message",
+    "Part",
+    "ResponseFormat",
     "Role",
     "Sampling",
     "Text",
     "TextDelta",
+    "Thinking",
+    "ThinkingConfig",
+    "ThinkingMode",
+    "Tool",
+    "ToolCall",
+    "ToolChoice",
+    "ToolChoiceKind",
+    "ToolResult",
     "Usage",
     "fold",
 ]

@@ -11,6 +11,19 @@ from server.canonical import Sampling
 
 
 @dataclass(frozen=True, slots=True)
+class EngineLimits:
+    context_length: int  # the model's window, as advertised
+    max_prompt_tokens: int  # the longest prompt the runtime admits
+    max_total_tokens: int  # prompt and answer together, at most
+
+    def room(self, prompt_tokens: int) -> int:
+        """How many tokens an answer to this prompt may have (0: the prompt does not fit)."""
+        if prompt_tokens > self.max_prompt_tokens:
+            return 0
+        return max(0, self.max_total_tokens - prompt_tokens)
+
+
+@dataclass(frozen=True, slots=True)
 class EngineRequest:
     request_id: str  # fixed length: SGLang aborts every request whose id starts with the one given
     prompt_ids: list[int]
@@ -47,7 +60,9 @@ class Engine(Protocol):
     before the finish aborts the request in the runtime."""
 
     @property
-    def context_length(self) -> int: ...
+    def limits(self) -> EngineLimits:
+        """Known once `start()` returned."""
+        ...
 
     @property
     def is_ready(self) -> bool: ...

@@ -5,7 +5,7 @@ Errors name the member by its dotted path (`messages.0.content.1.type`). `null` 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal, overload
 
 from server.errors import InvalidRequest, UnsupportedParameter
 
@@ -37,6 +37,11 @@ class Fields:
         self._value: dict[str, Any] = value
         self._taken: set[str] = set()
 
+    @property
+    def value(self) -> dict[str, Any]:
+        """The object as sent."""
+        return self._value
+
     def __contains__(self, key: str) -> bool:
         return self._value.get(key) is not None
 
@@ -60,16 +65,82 @@ class Fields:
             raise InvalidRequest(f"{path} must be {noun}, not {describe(value)}", param=path)
         return value
 
-    def string(self, key: str, *, required: bool = False, min_length: int = 0) -> str | None:
+    @overload
+    def string(
+        self,
+        key: str,
+        *,
+        required: Literal[True],
+        min_length: int = 0,
+        max_length: int | None = None,
+    ) -> str: ...
+
+    @overload
+    def string(
+        self,
+        key: str,
+        *,
+        required: bool = False,
+        min_length: int = 0,
+        max_length: int | None = None,
+    ) -> str | None: ...
+
+    def string(
+        self,
+        key: str,
+        *,
+        required: bool = False,
+        min_length: int = 0,
+        max_length: int | None = None,
+    ) -> str | None:
         value: str | None = self._typed(key, str, "a string", required)
-        if value is not None and len(value) < min_length:
-            path = join(self.path, key)
+        if value is None:
+            return None
+        path = join(self.path, key)
+        if len(value) < min_length:
             raise InvalidRequest(f"{path} must not be empty", param=path)
+        if max_length is not None and len(value) > max_length:
+            raise InvalidRequest(f"{path} must be at most {max_length} characters", param=path)
+        return value
+
+    @overload
+    def choice(self, key: str, choices: tuple[str, ...], *, required: Literal[True]) -> str: ...
+
+    @overload
+    def choice(
+        self, key: str, choices: tuple[str, ...], *, required: bool = False
+    ) -> str | None: ...
+
+    def choice(self, key: str, choices: tuple[str, ...], *, required: bool = False) -> str | None:
+        value = self.string(key, required=required)
+        if value is not None and value not in choices:
+            path = join(self.path, key)
+            raise InvalidRequest(f"{path} must be one of: {', '.join(choices)}", param=path)
         return value
 
     def boolean(self, key: str, *, required: bool = False) -> bool | None:
         result: bool | None = self._typed(key, bool, "a boolean", required)
         return result
+
+    @overload
+    def integer(
+        self,
+        key: str,
+        *,
+        required: Literal[True],
+        minimum: int | None = None,
+        maximum: int | None = None,
+    ) -> int: ...
+
+    @overload
+    def integer(
+        self,
+        key: str,
+        *,
+        required: bool = False,
+        minimum: int | None = None,
+        maximum: int | None = None,
+    ) -> int | None: ...
 
     def integer(
         self,
@@ -89,6 +160,26 @@ class Fields:
             value = int(value)
         _check_range(join(self.path, key), value, minimum, maximum)
         return int(value)
+
+    @overload
+    def number(
+        self,
+        key: str,
+        *,
+        required: Literal[True],
+        minimum: float | None = None,
+        maximum: float | None = None,
+    ) -> float: ...
+
+    @overload
+    def number(
+        self,
+        key: str,
+        *,
+        required: bool = False,
+        minimum: float | None = None,
+        maximum: float | None = None,
+    ) -> float | None: ...
 
     def number(
         self,
@@ -112,6 +203,12 @@ class Fields:
         """Each element of an array member with its dotted path."""
         for index, item in enumerate(self.array(key, required=required) or ()):
             yield join(join(self.path, key), index), item
+
+    @overload
+    def object(self, key: str, *, required: Literal[True]) -> Fields: ...
+
+    @overload
+    def object(self, key: str, *, required: bool = False) -> Fields | None: ...
 
     def object(self, key: str, *, required: bool = False) -> Fields | None:
         value = self._typed(key, dict, "an object", required)

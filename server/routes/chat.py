@@ -8,7 +8,7 @@ from quart import Blueprint, Response
 
 from server.protocols.openai import encode
 from server.protocols.openai.decode import decode_chat
-from server.routes.infer import answer, read_json
+from server.routes.infer import answer, read_json, served
 
 blueprint = Blueprint("chat", __name__)
 
@@ -16,5 +16,6 @@ blueprint = Blueprint("chat", __name__)
 @blueprint.post("/v1/infer/chat/completions")
 async def create_chat_completion() -> Response:
     request, options = decode_chat(await read_json())
+    generation = served(request.model, options.route)
     stream = partial(encode.ChunkStream, include_usage=options.include_usage)
-    return await answer(request, "chat.completions", encode.completion_body, stream)
+    return await answer(request, generation, "chat.completions", encode.completion_body, stream)

@@ -6,13 +6,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import orjson
 from quart import Response, g, request
 
 from server.canonical import Answer, Event, GenerateRequest, fold
 from server.errors import (
+    BackendUnavailable,
     InferError,
     InternalError,
     InvalidRequest,
@@ -28,6 +29,8 @@ from server.state import server_state
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
+# How a request names its model: Messages has no route; chat has route local (default) or gateway.
+Route = Literal["messages", "local", "gateway"]
 EVENT_STREAM = "text/event-stream"
 
 
@@ -53,24 +56,32 @@ def json_response(body: dict[str, Any], status: int = 200) -> Response:
     return Response(orjson.dumps(body), status=status, content_type=JSON)
 
 
-def served(model: str) -> Generation:
-    """The generation service, once the model asked for is the one this node serves."""
+def served(model: str, route: Route = "messages") -> Generation:
+    """The generation service, once the model asked for is the one this node serves. Chat
+    requests may ask for the B3IQ gateway (`route: gateway`) for models the node does not serve;
+    no gateway is set up on this node."""
     generation = server_state().ready()
-    if model != generation.card.id:
-        raise ModelNotAvailable(
-            f"{model} is not served on this node; GET /v1/infer/models lists the models that are",
-            param="model",
+    if model == generation.card.id:
+        return generation
+    if route == "gateway":
+        raise BackendUnavailable(
+            f"{model} is not served on this node, and the B3IQ gateway route is not set up "
+            "here; GET /v1/infer/models lists the models that are"
         )
-    return generation
+    if route == "local":
+        hint = 'set "route":"gateway" to use the B3IQ gateway'
+    else:
+        hint = "GET /v1/infer/models lists the models that are"
+    raise ModelNotAvailable(f"{model} is not served on this node; {hint}", param="model")
 
 
 async def answer(
     request_: GenerateRequest,
+    generation: Generation,
     route: str,
     body: Callable[[Answer, ResponseContext], dict[str, Any]],
     stream: Callable[[ResponseContext], StreamEncoder],
 ) -> Response:
-    generation = served(request_.model)
     state = server_state()
     record = state.requests.add(
         RequestRecord(g.request_id, route, request_.model, g.timing, stream=request_.stream)

@@ -7,6 +7,7 @@ from quart import Blueprint, Response, g
 from server.protocols.anthropic import encode
 from server.protocols.anthropic.decode import decode_count_tokens, decode_messages
 from server.routes.infer import answer, json_response, read_json, served
+from server.state import server_state
 
 blueprint = Blueprint("messages", __name__)
 
@@ -18,11 +19,12 @@ def _anthropic_errors() -> None:
 
 @blueprint.post("/v1/infer/v1/messages")
 async def create_message() -> Response:
-    request = decode_messages(await read_json())
-    return await answer(request, "messages", encode.message_body, encode.MessageStream)
+    request = decode_messages(await read_json(), server_state().decode_options)
+    generation = served(request.model)
+    return await answer(request, generation, "messages", encode.message_body, encode.MessageStream)
 
 
 @blueprint.post("/v1/infer/v1/messages/count_tokens")
 async def count_tokens() -> Response:
-    request = decode_count_tokens(await read_json())
+    request = decode_count_tokens(await read_json(), server_state().decode_options)
     return json_response({"input_tokens": served(request.model).count_tokens(request)})

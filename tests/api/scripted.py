@@ -13,7 +13,13 @@ from hypercorn.asyncio import serve
 
 from server.app import create_app
 from server.config import Settings
-from server.engines.base import EngineFinish, EngineOutput, EngineRequest, StopKind
+from server.engines.base import (
+    EngineFinish,
+    EngineLimits,
+    EngineOutput,
+    EngineRequest,
+    StopKind,
+)
 from server.errors import InferError
 from server.models.source import ModelSource
 from server.serve import hypercorn_config
@@ -35,7 +41,7 @@ class ScriptedEngine:
     """Plays one script per request, in the order they were queued."""
 
     scripts: deque[list[Step]] = field(default_factory=deque)
-    context_length: int = 8192
+    limits: EngineLimits = field(default_factory=lambda: EngineLimits(8192, 8185, 8190))
     is_ready: bool = True
     running_requests: int = 0
 
@@ -63,6 +69,7 @@ class ScriptedServer:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
+        self.state: ServerState | None = None
 
     def _factory(self, settings: Settings, source: ModelSource) -> ScriptedEngine:
         return self.engine
@@ -74,15 +81,19 @@ class ScriptedServer:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         state = ServerState(
-            self.settings, engine_factory=self._factory, on_engine_started=self._ready.set
+            self.settings,
+            engine_factory=self._factory,
+            on_engine_started=self._ready.set,
+            on_start_failed=lambda code: self._ready.set(),
         )
+        self.state = state
         app = create_app(self.settings, state)
         await serve(app, hypercorn_config(self.settings), shutdown_trigger=self._stop.wait)
 
     def __enter__(self) -> ScriptedServer:
         self._thread.start()
-        if not self._ready.wait(timeout=300):
-            raise RuntimeError("scripted server did not start")
+        if not self._ready.wait(timeout=300) or self.state is None or not self.state.is_ready:
+            raise RuntimeError("scripted server did not start (see the log)")
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -60,7 +60,7 @@ def test_failure_after_the_first_token_ends_a_messages_stream_with_an_error_even
     assert error["error"]["message"] == f"internal error (request {request_id})"
     assert "died" not in str(error)  # exception text never reaches the client
     assert error["b3os"]["code"] == "internal"
-    assert "message_stop" not in [n for n, _ in received]
+    assert [n for n, _ in received].index("error") == len(received) - 1  # nothing after it
     entry = client.get(f"/v1/requests/{request_id}").json()
     assert entry["status"] == "failed"
 
@@ -72,7 +72,8 @@ def test_failure_after_the_first_token_ends_a_chat_stream_with_an_error_event(
     with client.stream("POST", "/v1/infer/chat/completions", json=body(True)) as response:
         assert response.status_code == 200
         received = [data for _, data in events(response)]
-    assert received[-2] == {
+    # The error event ends the stream: nothing after it, not even [DONE].
+    assert received[-1] == {
         "error": {
             "message": "restarting",
             "type": "server_error",
@@ -80,7 +81,7 @@ def test_failure_after_the_first_token_ends_a_chat_stream_with_an_error_event(
             "code": "infer_backend_unavailable",
         }
     }
-    assert received[-1] == "[DONE]"
+    assert "[DONE]" not in received
 
 
 @pytest.mark.parametrize("path", ["/v1/infer/v1/messages", "/v1/infer/chat/completions"])

@@ -3,8 +3,13 @@ probe agents send, and errors for unknown routes."""
 
 from __future__ import annotations
 
-import httpx
+import re
 
+import httpx
+from jsonschema import Draft202012Validator
+
+from server.app import create_app
+from server.config import Settings
 from tests.api.conventions import assert_ids, server_timing
 from tests.api.sse import events
 
@@ -86,3 +91,22 @@ def test_request_log_entry(http: httpx.Client, model: str) -> None:
     assert entry["usage"]["prompt_tokens"] == usage["prompt_tokens"]
     assert entry["usage"]["completion_tokens"] == usage["completion_tokens"]
     assert {"template", "ttft", "model", "total"} <= set(entry["timing"])
+
+
+def test_openapi_document_covers_every_route(http: httpx.Client) -> None:
+    response = http.get("/openapi.json")
+    assert response.status_code == 200
+    document = response.json()
+    assert document["openapi"].startswith("3.1")
+    app = create_app(Settings())
+    routes = {
+        (re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule), method.lower())
+        for rule in app.url_map.iter_rules()
+        for method in rule.methods - {"OPTIONS", "HEAD"}
+        if rule.endpoint != "static"
+    }
+    documented = {(path, method) for path, item in document["paths"].items() for method in item}
+    assert routes - documented == set()
+    for path in ("/v1/infer/v1/messages", "/v1/infer/chat/completions"):
+        schema = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+        Draft202012Validator.check_schema(schema["schema"])

@@ -6,9 +6,20 @@ from typing import Any
 
 import pytest
 
-from server.canonical import Message, Text
+from server.canonical import (
+    Message,
+    ResponseFormat,
+    Text,
+    Thinking,
+    ThinkingConfig,
+    ThinkingMode,
+    ToolCall,
+    ToolChoice,
+    ToolChoiceKind,
+    ToolResult,
+)
 from server.errors import InvalidRequest, UnsupportedParameter
-from server.protocols.anthropic.decode import decode_count_tokens, decode_messages
+from server.protocols.anthropic.decode import DecodeOptions, decode_count_tokens, decode_messages
 
 
 def body(**overrides: Any) -> dict[str, Any]:
@@ -90,3 +101,117 @@ def test_unknown_parameter_is_unsupported() -> None:
 def test_count_tokens_takes_no_max_tokens() -> None:
     request = decode_count_tokens({"model": "m", "messages": [{"role": "user", "content": "Hi"}]})
     assert request.messages[0].text == "Hi"
+
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "Weather.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+    "cache_control": {"type": "ephemeral"},
+    "strict": True,
+}
+
+
+def test_tools_tool_choice_and_their_ignored_members() -> None:
+    request = decode_messages(
+        body(
+            tools=[WEATHER],
+            tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+        )
+    )
+    [tool] = request.tools
+    assert (tool.name, tool.strict) == ("get_weather", True)
+    assert tool.input_schema["properties"] == {"city": {"type": "string"}}
+    assert request.tool_choice == ToolChoice(ToolChoiceKind.NAMED, "get_weather", parallel=False)
+
+
+def test_thinking_display_and_effort_are_accepted_and_ignored() -> None:
+    request = decode_messages(
+        body(
+            max_tokens=4096,
+            thinking={"type": "enabled", "budget_tokens": 1024, "display": "omitted"},
+            output_config={"effort": "low"},
+        )
+    )
+    assert request.thinking == ThinkingConfig(ThinkingMode.ENABLED, 1024)
+    assert request.response_format is None
+    adaptive = decode_messages(body(thinking={"type": "adaptive", "display": "summarized"}))
+    assert adaptive.thinking.mode is ThinkingMode.ADAPTIVE
+
+
+def test_output_format_is_a_json_schema() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    request = decode_messages(
+        body(output_config={"format": {"type": "json_schema", "schema": schema}})
+    )
+    assert request.response_format == ResponseFormat("json_schema", schema)
+
+
+def test_tool_results_become_tool_messages_ahead_of_the_rest_of_the_turn() -> None:
+    messages = [
+        {"role": "user", "content": "Weather?"},
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "get_weather",
+                    "input": {"city": "Oslo"},
+                }
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_1",
+                    "content": "3C",
+                    "cache_control": {"type": "ephemeral"},
+                },
+                {"type": "text", "text": "And tomorrow?"},
+            ],
+        },
+    ]
+    request = decode_messages(body(messages=messages, tools=[WEATHER]))
+    assert [m.role for m in request.messages] == ["user", "assistant", "tool", "user"]
+    assert request.messages[1].parts == (ToolCall("toolu_1", "get_weather", '{"city":"Oslo"}'),)
+    assert request.messages[2].parts == (ToolResult("toolu_1", (Text("3C"),)),)
+
+
+def test_thinking_and_redacted_thinking_in_history() -> None:
+    messages = [
+        {"role": "user", "content": "Hi"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "They greet me.", "signature": "sig"},
+                {"type": "redacted_thinking", "data": "opaque"},
+                {"type": "text", "text": "Hello"},
+            ],
+        },
+        {"role": "user", "content": "Again"},
+    ]
+    parts = decode_messages(body(messages=messages)).messages[1].parts
+    assert parts == (Thinking("They greet me.", "sig"), Text("Hello"))
+
+
+def test_images_keep_where_they_stand() -> None:
+    png = "iVBORw0KGgo="
+    block = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
+    url = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+    request = decode_messages(body(messages=[{"role": "user", "content": [block, url]}]))
+    first, second = request.images()
+    assert (first.path, first.media_type, first.data) == (
+        "messages.0.content.0",
+        "image/png",
+        b"\x89PNG\r\n\x1a\n",
+    )
+    assert (second.path, second.url) == ("messages.0.content.1", "https://example.com/a.png")
+
+
+def test_keep_takes_a_system_message_where_it_stands() -> None:
+    messages = [{"role": "user", "content": "Hi"}, {"role": "system", "content": "Be brief."}]
+    request = decode_messages(body(messages=messages), DecodeOptions(system_in_messages="keep"))
+    assert [m.role for m in request.messages] == ["user", "system"]

@@ -6,6 +6,16 @@ from typing import Any
 
 import pytest
 
+from server.canonical import (
+    ResponseFormat,
+    Text,
+    Thinking,
+    ThinkingMode,
+    ToolCall,
+    ToolChoice,
+    ToolChoiceKind,
+    ToolResult,
+)
 from server.errors import InvalidRequest, UnsupportedParameter
 from server.protocols.openai.decode import decode_chat
 
@@ -85,3 +95,94 @@ def test_unknown_parameter_is_unsupported() -> None:
     with pytest.raises(UnsupportedParameter) as raised:
         decode_chat(body(prompt_logprobs=1))
     assert raised.value.param == "prompt_logprobs"
+
+
+def test_tool_history_and_tools() -> None:
+    tool = {
+        "type": "function",
+        "function": {"name": "get_weather", "parameters": {"type": "object"}},
+    }
+    messages = [
+        {"role": "user", "content": "Weather?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": "Use the tool.",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "3C"},
+    ]
+    request, _ = decode_chat(
+        body(messages=messages, tools=[tool], tool_choice="required", parallel_tool_calls=False)
+    )
+    assert [m.role for m in request.messages] == ["user", "assistant", "tool"]
+    assert request.messages[1].parts == (
+        Thinking("Use the tool."),
+        ToolCall("call_1", "get_weather", '{"city":"Oslo"}'),
+    )
+    assert request.messages[2].parts == (ToolResult("call_1", (Text("3C"),)),)
+    assert request.tool_choice == ToolChoice(ToolChoiceKind.ANY, parallel=False)
+
+
+def test_function_without_parameters_takes_an_empty_object() -> None:
+    request, _ = decode_chat(body(tools=[{"type": "function", "function": {"name": "now"}}]))
+    assert request.tools[0].input_schema == {"type": "object", "properties": {}}
+
+
+def test_response_formats() -> None:
+    assert decode_chat(body(response_format={"type": "text"}))[0].response_format is None
+    assert decode_chat(body(response_format={"type": "json_object"}))[
+        0
+    ].response_format == ResponseFormat("json_object")
+    schema = {"type": "object"}
+    spec = {"name": "answer", "schema": schema, "strict": True, "description": "x"}
+    assert decode_chat(body(response_format={"type": "json_schema", "json_schema": spec}))[
+        0
+    ].response_format == ResponseFormat("json_schema", schema)
+
+
+def test_enable_thinking_turns_on_a_reasoning_phase() -> None:
+    request, _ = decode_chat(body(chat_template_kwargs={"enable_thinking": True}))
+    assert request.thinking.mode is ThinkingMode.ADAPTIVE
+
+
+def test_data_url_images_are_decoded() -> None:
+    part = {
+        "type": "image_url",
+        "image_url": {"url": "data:image/jpg;base64,/9j/", "detail": "low"},
+    }
+    request, _ = decode_chat(body(messages=[{"role": "user", "content": [part]}]))
+    [image] = request.images()
+    assert (image.path, image.media_type, image.data) == (
+        "messages.0.content.0",
+        "image/jpeg",
+        b"\xff\xd8\xff",
+    )
+
+
+def test_sampling_extensions() -> None:
+    request, _ = decode_chat(
+        body(
+            min_p=0.1,
+            repetition_penalty=1.2,
+            presence_penalty=1,
+            frequency_penalty=-1,
+            logit_bias={"42": -100},
+            seed=3,
+        )
+    )
+    sampling = request.sampling
+    assert (sampling.min_p, sampling.repetition_penalty) == (0.1, 1.2)
+    assert (sampling.presence_penalty, sampling.frequency_penalty) == (1.0, -1.0)
+    assert sampling.logit_bias == {42: -100.0}
+    assert sampling.seed == 3
+
+
+def test_route_gateway_is_carried() -> None:
+    assert decode_chat(body(route="gateway"))[1].route == "gateway"

@@ -59,4 +59,13 @@ def to_sampling_params(sampling: Sampling) -> dict[str, Any]:
         params["sampling_seed"] = sampling.seed
     if sampling.stop:
         params["stop"] = list(sampling.stop)
+    optional = {
+        "min_p": sampling.min_p,
+        "presence_penalty": sampling.presence_penalty,
+        "frequency_penalty": sampling.frequency_penalty,
+        "repetition_penalty": sampling.repetition_penalty,
+    }
+    params.update({key: value for key, value in optional.items() if value is not None})
+    if sampling.logit_bias:
+        params["logit_bias"] = {str(token): bias for token, bias in sampling.logit_bias.items()}
     return params

@@ -10,7 +10,13 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from server.config import Settings
-from server.engines.base import EngineFinish, EngineOutput, EngineRequest, StopKind
+from server.engines.base import (
+    EngineFinish,
+    EngineLimits,
+    EngineOutput,
+    EngineRequest,
+    StopKind,
+)
 from server.engines.sglang import cpu_compat
 from server.engines.sglang.args import server_args, to_sampling_params
 from server.errors import BackendUnavailable, ContextLengthExceeded, InferError, InvalidRequest
@@ -24,11 +30,11 @@ class SGLangEngine:
         self._settings = settings
         self._source = source
         self._engine: Any = None
-        self._context_length = 0
+        self._limits = EngineLimits(0, 0, 0)
 
     @property
-    def context_length(self) -> int:
-        return self._context_length
+    def limits(self) -> EngineLimits:
+        return self._limits
 
     @property
     def is_ready(self) -> bool:
@@ -68,9 +74,13 @@ class SGLangEngine:
         # main thread this also adds SGLang's SIGTERM and SIGQUIT handlers to the loop: the
         # server puts its own SIGTERM handler back after start() (see server.serve).
         tokenizer_manager.auto_create_handle_loop()
-        self._context_length = int(tokenizer_manager.context_len)
+        self._limits = _limits(tokenizer_manager)
         self._engine = engine
-        log.info("SGLang ready: context length %d tokens", self._context_length)
+        log.info(
+            "SGLang ready: context %d tokens, prompts up to %d",
+            self._limits.context_length,
+            self._limits.max_prompt_tokens,
+        )
 
     async def close(self) -> None:
         engine, self._engine = self._engine, None
@@ -100,6 +110,15 @@ class SGLangEngine:
             await stream.aclose()
             if not finished:
                 log.debug("aborted %s", request.request_id)
+
+
+def _limits(tokenizer_manager: Any) -> EngineLimits:
+    """SGLang's own bounds (0.5.23): the scheduler admits prompts shorter than
+    `max_req_input_len` (= max_req_len - 5), and caps an answer at max_req_len - prompt - 1,
+    where max_req_len = min(context - 1, KV pool - 1)."""
+    context = int(tokenizer_manager.context_len)
+    max_input = int(tokenizer_manager.max_req_input_len)
+    return EngineLimits(context, max_input - 1, min(context, max_input + 4))
 
 
 async def _mapped_errors(stream: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:

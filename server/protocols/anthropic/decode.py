@@ -1,116 +1,107 @@
-"""Anthropic Messages request JSON -> the canonical request."""
+"""Anthropic Messages request JSON -> the canonical request, every member checked against the
+contract: taken, accepted and ignored, or refused as `unsupported_parameter`."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any
 
-from server.canonical import GenerateRequest, Message, Sampling, Text
+from server.canonical import (
+    GenerateRequest,
+    ResponseFormat,
+    Sampling,
+    ThinkingConfig,
+    ThinkingMode,
+    Tool,
+    ToolChoice,
+    ToolChoiceKind,
+)
 from server.errors import InvalidRequest, UnsupportedParameter
-from server.protocols.fields import Fields, describe
+from server.protocols.anthropic.content import (
+    SystemInMessages,
+    cache_control,
+    messages,
+    system_prompt,
+)
+from server.protocols.fields import Fields
+from server.protocols.rules import json_schema, tool_names
 
-_IGNORED_TOP_LEVEL = ("metadata", "service_tier", "context_management")
-_IGNORED_IN_BLOCKS = ("cache_control", "citations")
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,128}")
+MAX_STOP_SEQUENCES = 32  # what the runtime matches
+MIN_THINKING_BUDGET = 1024
+_THINKING_DISPLAY = ("summarized", "omitted", "updates")
 
 
-def decode_messages(body: Any) -> GenerateRequest:
+@dataclass(frozen=True, slots=True)
+class DecodeOptions:
+    system_in_messages: SystemInMessages = "refuse"
+
+
+def decode_messages(body: Any, options: DecodeOptions | None = None) -> GenerateRequest:
+    options = options or DecodeOptions()
     fields = Fields(body)
-    model = fields.string("model", required=True, min_length=1)
+    model = _model(fields)
     max_tokens = fields.integer("max_tokens", required=True, minimum=1)
-    system = _system(fields)
-    messages = tuple(_message(path, item) for path, item in fields.items("messages", required=True))
-    if not messages:
-        raise InvalidRequest("messages must not be empty", param="messages")
-    sampling = Sampling(
+    conversation = system_prompt(fields) + messages(fields, options.system_in_messages)
+    tools = _tools(fields)
+    request = GenerateRequest(
+        model=model,
+        messages=conversation,
+        sampling=_sampling(fields, max_tokens),
+        stream=fields.boolean("stream") or False,
+        tools=tools,
+        tool_choice=_tool_choice(fields, tools),
+        response_format=_output_config(fields),
+        thinking=_thinking(fields, max_tokens),
+    )
+    _ignored(fields)
+    fields.done()
+    return request
+
+
+def decode_count_tokens(body: Any, options: DecodeOptions | None = None) -> GenerateRequest:
+    """The request a Messages call would make, without `max_tokens`, sampling and `stream`."""
+    options = options or DecodeOptions()
+    fields = Fields(body)
+    model = _model(fields)
+    conversation = system_prompt(fields) + messages(fields, options.system_in_messages)
+    tools = _tools(fields)
+    request = GenerateRequest(
+        model=model,
+        messages=conversation,
+        tools=tools,
+        tool_choice=_tool_choice(fields, tools),
+        response_format=_output_config(fields),
+        thinking=_thinking(fields, None),
+    )
+    _ignored(fields)
+    fields.done()
+    return request
+
+
+def _model(fields: Fields) -> str:
+    model = fields.string("model", required=True, min_length=1, max_length=256)
+    return model
+
+
+def _ignored(fields: Fields) -> None:
+    """Accepted and ignored, once well-typed."""
+    metadata = fields.object("metadata")
+    if metadata is not None:
+        metadata.string("user_id")
+    fields.string("service_tier")
+    fields.object("context_management")
+
+
+def _sampling(fields: Fields, max_tokens: int) -> Sampling:
+    return Sampling(
         max_tokens=max_tokens,
         temperature=fields.number("temperature", minimum=0, maximum=1),
         top_p=fields.number("top_p", minimum=0, maximum=1),
         top_k=fields.integer("top_k", minimum=1, maximum=1_000_000),
         stop=_stop_sequences(fields),
     )
-    stream = fields.boolean("stream") or False
-    fields.ignore(*_IGNORED_TOP_LEVEL)
-    fields.done()
-    assert model is not None
-    return GenerateRequest(model, system + messages, sampling, stream)
-
-
-def decode_count_tokens(body: Any) -> GenerateRequest:
-    """count_tokens takes the request a Messages call would, without max_tokens and stream."""
-    fields = Fields(body)
-    model = fields.string("model", required=True, min_length=1)
-    system = _system(fields)
-    messages = tuple(_message(path, item) for path, item in fields.items("messages", required=True))
-    if not messages:
-        raise InvalidRequest("messages must not be empty", param="messages")
-    fields.ignore(*_IGNORED_TOP_LEVEL)
-    fields.done()
-    assert model is not None
-    return GenerateRequest(model, system + messages)
-
-
-def _system(fields: Fields) -> tuple[Message, ...]:
-    """The system prompt, a string or text blocks joined with blank lines."""
-    value = fields.raw("system")
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        text = value
-    elif isinstance(value, list):
-        texts = []
-        for index, block in enumerate(value):
-            texts.append(_text_block(Fields(block, f"system.{index}")))
-        text = "\n\n".join(texts)
-    else:
-        raise InvalidRequest(
-            f"system must be a string or an array of text blocks, not {describe(value)}",
-            param="system",
-        )
-    return (Message("system", (Text(text),)),)
-
-
-def _message(path: str, item: Any) -> Message:
-    fields = Fields(item, path)
-    role = fields.string("role", required=True)
-    if role not in ("user", "assistant"):
-        raise InvalidRequest(
-            f"{path}.role must be user or assistant; instructions go in the top-level system "
-            "parameter",
-            param=f"{path}.role",
-        )
-    content = fields.raw("content", required=True)
-    if isinstance(content, str):
-        parts: tuple[Text, ...] = (Text(content),)
-    elif isinstance(content, list):
-        parts = tuple(_block(f"{path}.content.{i}", block) for i, block in enumerate(content))
-    else:
-        raise InvalidRequest(
-            f"{path}.content must be a string or an array of content blocks, "
-            f"not {describe(content)}",
-            param=f"{path}.content",
-        )
-    fields.done()
-    return Message("user" if role == "user" else "assistant", parts)
-
-
-def _block(path: str, block: Any) -> Text:
-    fields = Fields(block, path)
-    kind = fields.string("type", required=True)
-    if kind == "text":
-        return Text(_text_block(fields))
-    raise UnsupportedParameter(
-        f"{kind} content blocks are not supported on this node", param=f"{path}.type"
-    )
-
-
-def _text_block(fields: Fields) -> str:
-    kind = fields.string("type", required=True)
-    if kind != "text":
-        raise InvalidRequest(f"{fields.path}.type must be text", param=f"{fields.path}.type")
-    text = fields.string("text", required=True)
-    fields.ignore(*_IGNORED_IN_BLOCKS)
-    fields.done()
-    assert text is not None
-    return text
 
 
 def _stop_sequences(fields: Fields) -> tuple[str, ...]:
@@ -119,4 +110,88 @@ def _stop_sequences(fields: Fields) -> tuple[str, ...]:
         if not isinstance(value, str) or not value:
             raise InvalidRequest(f"{path} must be a non-empty string", param=path)
         stops.append(value)
+    if len(stops) > MAX_STOP_SEQUENCES:
+        raise InvalidRequest(
+            f"stop_sequences takes at most {MAX_STOP_SEQUENCES} sequences", param="stop_sequences"
+        )
     return tuple(stops)
+
+
+def _tools(fields: Fields) -> tuple[Tool, ...]:
+    tools = tuple(_tool(path, item) for path, item in fields.items("tools"))
+    tool_names([(f"tools.{i}.name", t.name) for i, t in enumerate(tools)], TOOL_NAME, 128)
+    return tools
+
+
+def _tool(path: str, item: Any) -> Tool:
+    fields = Fields(item, path)
+    kind = fields.string("type")
+    if kind not in (None, "custom"):
+        raise UnsupportedParameter(
+            f"{kind} is a tool Anthropic defines or runs; this node takes custom tools "
+            "(name, description, input_schema)",
+            param=f"{path}.type",
+        )
+    name = fields.string("name", required=True)
+    description = fields.string("description")
+    schema = json_schema(fields.raw("input_schema", required=True), f"{path}.input_schema")
+    strict = fields.boolean("strict") or False
+    cache_control(fields)
+    fields.done()
+    return Tool(name, description, schema, strict)
+
+
+def _tool_choice(fields: Fields, tools: tuple[Tool, ...]) -> ToolChoice:
+    choice = fields.object("tool_choice")
+    if choice is None:
+        return ToolChoice()
+    kind = choice.choice("type", ("auto", "any", "tool", "none"), required=True)
+    name = choice.string("name", required=kind == "tool") if kind == "tool" else None
+    parallel = True
+    if kind != "none":
+        parallel = not (choice.boolean("disable_parallel_tool_use") or False)
+    choice.done()
+    if kind in ("any", "tool") and not tools:
+        raise InvalidRequest(f"tool_choice {kind} needs tools", param="tool_choice")
+    if name is not None and name not in {tool.name for tool in tools}:
+        raise InvalidRequest(
+            f"tool_choice.name: {name} is not one of tools", param="tool_choice.name"
+        )
+    kinds = {"auto": ToolChoiceKind.AUTO, "any": ToolChoiceKind.ANY, "none": ToolChoiceKind.NONE}
+    return ToolChoice(kinds.get(kind or "", ToolChoiceKind.NAMED), name, parallel)
+
+
+def _thinking(fields: Fields, max_tokens: int | None) -> ThinkingConfig:
+    thinking = fields.object("thinking")
+    if thinking is None:
+        return ThinkingConfig()
+    kind = thinking.choice("type", ("enabled", "adaptive", "disabled"), required=True)
+    budget = None
+    if kind == "enabled":
+        budget = thinking.integer("budget_tokens", required=True)
+        if budget < MIN_THINKING_BUDGET:
+            raise InvalidRequest(
+                f"thinking.budget_tokens must be at least {MIN_THINKING_BUDGET}",
+                param="thinking.budget_tokens",
+            )
+        if max_tokens is not None and budget >= max_tokens:
+            raise InvalidRequest("must be less than max_tokens", param="thinking.budget_tokens")
+    if kind != "disabled":
+        thinking.choice("display", _THINKING_DISPLAY)  # accepted and ignored
+    thinking.done()
+    return ThinkingConfig(ThinkingMode(kind or "disabled"), budget)
+
+
+def _output_config(fields: Fields) -> ResponseFormat | None:
+    config = fields.object("output_config")
+    if config is None:
+        return None
+    config.choice("effort", ("low", "medium", "high", "xhigh", "max"))  # accepted and ignored
+    form = config.object("format")
+    config.done()
+    if form is None:
+        return None
+    form.choice("type", ("json_schema",), required=True)
+    schema = json_schema(form.raw("schema", required=True), f"{form.path}.schema")
+    form.done()
+    return ResponseFormat("json_schema", schema)

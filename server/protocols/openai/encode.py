@@ -113,5 +113,5 @@ class ChunkStream:
         return out + sse.event(last) + sse.DONE
 
     def error(self, error: InferError) -> bytes:
-        """A failure after the stream started ends it with an error event."""
-        return sse.event(error_body(error)) + sse.DONE
+        """A failure after the stream started ends it with an error event, and nothing after."""
+        return sse.event(error_body(error))

@@ -1,11 +1,12 @@
-"""HTTP/2 and HTTP/1.1 over TLS, chosen by ALPN, on a second real server started with a
-certificate (its own engine: TLS is a property of the listener). That server is also started the
-way a user serves their own model: `--model FOLDER --served-model-name NAME`."""
+"""A second real server, started with settings the session server does not use: TLS (HTTP/2 or
+HTTP/1.1 chosen by ALPN), the model given as a folder with its own served name, and
+`--system-in-messages keep`. Also what it answers while its engine is still starting."""
 
 from __future__ import annotations
 
 import ssl
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import anthropic
 import httpx
@@ -21,6 +22,7 @@ from tests.server_process import ServerProcess
 
 HELLO = [{"role": "user", "content": "Say hello."}]
 SERVED_NAME = "tests/smollm2-from-a-folder"
+STARTING_BODY = {"model": SERVED_NAME, "max_tokens": 4, "messages": HELLO}
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +37,25 @@ def trust(ca: trustme.CA) -> ssl.SSLContext:
     return context
 
 
+@dataclass
+class Starting:
+    """What the server answered before its engine was ready."""
+
+    infer: httpx.Response | None = None
+    ready: httpx.Response | None = None
+
+
+@pytest.fixture(scope="module")
+def starting() -> Starting:
+    return Starting()
+
+
 @pytest.fixture(scope="module")
 def tls_server(
-    tmp_path_factory: pytest.TempPathFactory, ca: trustme.CA, trust: ssl.SSLContext
+    starting: Starting,
+    tmp_path_factory: pytest.TempPathFactory,
+    ca: trustme.CA,
+    trust: ssl.SSLContext,
 ) -> Iterator[ServerProcess]:
     folder = tmp_path_factory.mktemp("tls-server")
     cert = ca.issue_cert("127.0.0.1", "localhost")
@@ -48,10 +66,15 @@ def tls_server(
         folder / "server.log",
         *("--certfile", str(folder / "cert.pem"), "--keyfile", str(folder / "key.pem")),
         *("--model", str(model_folder), "--served-model-name", SERVED_NAME),
+        *("--system-in-messages", "keep"),
         scheme="https",
     )
     process.start()
     try:
+        process.wait_listening(verify=trust)
+        with httpx.Client(base_url=process.origin, verify=trust, timeout=30) as client:
+            starting.infer = client.post("/v1/infer/chat/completions", json=STARTING_BODY)
+            starting.ready = client.get("/readyz")
         process.wait_ready(verify=trust)
         yield process
     finally:
@@ -105,3 +128,40 @@ def test_sdks_stream_over_tls_with_http2(
         )
         chunks = list(completion)
     assert chunks[-1].choices[0].finish_reason in {"stop", "length"}
+
+
+def test_infer_routes_answer_503_with_retry_after_while_the_engine_starts(
+    tls_server: ServerProcess, starting: Starting
+) -> None:
+    infer, ready = starting.infer, starting.ready
+    assert infer is not None
+    assert ready is not None
+    assert infer.status_code == 503
+    assert int(infer.headers["retry-after"]) > 0
+    assert infer.json()["error"]["code"] == "infer_backend_unavailable"
+    assert ready.status_code == 503
+    assert ready.json() == {"status": "starting"}
+
+
+def test_keep_renders_a_system_message_where_it_stands(
+    tls_server: ServerProcess, trust: ssl.SSLContext, tls_model: str
+) -> None:
+    conversation = [
+        {"role": "user", "content": "Hi."},
+        {"role": "system", "content": "Answer in French from now on."},
+        {"role": "user", "content": "How are you?"},
+    ]
+    body = {"model": tls_model, "max_tokens": 2, "messages": conversation}
+    with httpx.Client(base_url=tls_server.origin, verify=trust, timeout=120) as client:
+        answer = client.post("/v1/infer/v1/messages", json=body)
+        moved = client.post(
+            "/v1/infer/v1/messages/count_tokens",
+            json={
+                "model": tls_model,
+                "system": "Answer in French from now on.",
+                "messages": [conversation[0], conversation[2]],
+            },
+        )
+    assert answer.status_code == 200, answer.text
+    # Rendered in place, not moved to the top: the prompt differs from the moved one.
+    assert answer.json()["usage"]["input_tokens"] != moved.json()["input_tokens"]
