@@ -19,7 +19,12 @@ def obj(
     closed: bool = True,
     description: str | None = None,
 ) -> Schema:
-    """An object; `closed` ones refuse members they do not list (`unsupported_parameter`)."""
+    """An object; `closed` ones refuse members they do not list (`unsupported_parameter`).
+    Optional members may be null: the contract's rule that `null` means unset."""
+    properties = {
+        key: value if key in required or _allows_null(value) else nullable(value)
+        for key, value in properties.items()
+    }
     schema: Schema = {"type": "object", "properties": properties}
     if required:
         schema["required"] = list(required)
@@ -28,6 +33,15 @@ def obj(
     if description:
         schema["description"] = description
     return schema
+
+
+def _allows_null(schema: Schema) -> bool:
+    kinds = schema.get("type")
+    if kinds == "null" or (isinstance(kinds, list) and "null" in kinds):
+        return True
+    if None in schema.get("enum", ()):
+        return True
+    return any(_allows_null(option) for option in schema.get("anyOf", ()))
 
 
 def const(value: str) -> Schema:

@@ -20,7 +20,8 @@ from server.protocols.openai.decode import decode_chat
 from server.protocols.openai.schema import CHAT_REQUEST
 from tests.fuzz.strategies import chat_bodies, messages_bodies, mutated
 
-# B3OS_FUZZ_EXAMPLES runs more cases than CI's 500 per property. No shrinking: a failure prints its (unshrunk) example; shrinking these bodies takes minutes.
+# B3OS_FUZZ_EXAMPLES runs more cases than CI's 500 per property. No shrinking: a failure
+# prints its (unshrunk) example; shrinking these bodies takes minutes.
 FUZZ = settings(
     max_examples=int(os.environ.get("B3OS_FUZZ_EXAMPLES", "500")),
     deadline=None,
