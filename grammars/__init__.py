@@ -1,13 +1,32 @@
 """Model families as data: one TOML file per chat format (`chatml.toml`, ...), matched on the
-model's chat template. Adding a family is adding a file."""
+model's chat template: how tools are presented, the tool-call format the model writes (which the
+grammar enforces and the output parser reads), how results go back. Adding a family is adding a
+file."""
 
 from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 FOLDER = Path(__file__).parent
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFormat:
+    system: str  # appended to the system prompt; "{tools}" is replaced by the tool lines
+    trigger: str
+    call_begin: str
+    arguments_begin: str
+    call_end: str
+    separator: str
+    result_role: str
+    result: str  # "{content}" is replaced by the result's text
+    error_prefix: str
+
+    def call(self, name: str, arguments: str) -> str:
+        return self.call_begin + name + self.arguments_begin + arguments + self.call_end
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,24 +34,25 @@ class ModelFamily:
     name: str
     match: tuple[str, ...] = ()
     system_anywhere: bool = False
+    tools: ToolFormat | None = None  # None: the family has no tool-call format
 
 
 # A chat template no file matches: nothing is assumed about it.
 UNKNOWN = ModelFamily("unknown")
 
 
+def _family(data: dict[str, Any]) -> ModelFamily:
+    tools = data.get("tools")
+    return ModelFamily(
+        name=data["name"],
+        match=tuple(data.get("match", ())),
+        system_anywhere=bool(data.get("system_anywhere", False)),
+        tools=ToolFormat(**tools) if tools else None,
+    )
+
+
 def families() -> list[ModelFamily]:
-    found = []
-    for path in sorted(FOLDER.glob("*.toml")):
-        data = tomllib.loads(path.read_text())
-        found.append(
-            ModelFamily(
-                name=data["name"],
-                match=tuple(data.get("match", ())),
-                system_anywhere=bool(data.get("system_anywhere", False)),
-            )
-        )
-    return found
+    return [_family(tomllib.loads(p.read_text())) for p in sorted(FOLDER.glob("*.toml"))]
 
 
 def family_for(chat_template: str | None) -> ModelFamily:

@@ -5,7 +5,8 @@ render it, so a handler only ever raises.
     InferError
     ├── InvalidRequest                400 invalid_request
     │   ├── UnsupportedParameter      400 unsupported_parameter
-    │   └── ContextLengthExceeded     400 context_length_exceeded
+    │   ├── ContextLengthExceeded     400 context_length_exceeded
+    │   └── ConstraintRejected        400 invalid_request
     ├── Unauthorized                  401 unauthorized           (before the infer layer)
     ├── Forbidden                     403 forbidden              (before the infer layer)
     ├── EgressDenied                  403 egress_denied
@@ -56,6 +57,11 @@ class UnsupportedParameter(InvalidRequest):
 
 class ContextLengthExceeded(InvalidRequest):
     code = "context_length_exceeded"
+
+
+class ConstraintRejected(InvalidRequest):
+    """The runtime could not compile a request's grammar (a JSON Schema xgrammar cannot express).
+    Raised by engines with the compiler's reason; the generation names the schema."""
 
 
 class Unauthorized(InferError):

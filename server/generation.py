@@ -1,5 +1,5 @@
 """One request's way through the model, shared by both protocols: render the prompt, check it
-fits, run the engine, turn its outputs into canonical events."""
+fits, build its constraint, run the engine, parse its text into canonical events."""
 
 from __future__ import annotations
 
@@ -10,24 +10,29 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
 
+from grammars import ToolFormat
 from server.canonical import (
     Event,
     Finish,
     FinishReason,
     GenerateRequest,
-    TextDelta,
     ThinkingMode,
+    ToolChoiceKind,
     Usage,
 )
+from server.constraints import constraint_for, explain
 from server.engines.base import Engine, EngineFinish, EngineRequest, StopKind
 from server.errors import (
+    ConstraintRejected,
     ContextLengthExceeded,
     InferError,
     InternalError,
     InvalidRequest,
     UnsupportedParameter,
 )
+from server.ids import tool_call_id
 from server.models.card import ModelCard
+from server.output_parser import OutputParser
 from server.prompt import Prompt, PromptRenderer
 from server.requestlog import RequestRecord
 from server.timing import Timing
@@ -41,8 +46,10 @@ _FINISH_REASONS = {
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
+    request: GenerateRequest
     prompt: Prompt
     engine_request: EngineRequest
+    calls: ToolFormat | None  # the format tool calls are parsed in; None: all text
 
 
 class Generation:
@@ -55,7 +62,8 @@ class Generation:
         return self.renderer.render(request).num_tokens
 
     def prepare(self, request: GenerateRequest, request_id: str, timing: Timing) -> Prepared:
-        """Renders the prompt and sizes the answer; raises before anything reaches the engine."""
+        """Renders the prompt, sizes the answer, builds the constraint; raises before anything
+        reaches the engine."""
         self._check_supported(request)
         started = time.perf_counter()
         prompt = self.renderer.render(request)
@@ -69,12 +77,19 @@ class Generation:
                 f"prompt is too long: {prompt.num_tokens} tokens > {maximum} maximum",
                 param="messages",
             )
+        started = time.perf_counter()
+        constraint = constraint_for(request, self.renderer.family)
+        timing.record("grammar", started)
         # A max_tokens beyond the context is clamped to what fits: the answer then ends with
         # max_tokens, as it would at the window's end (agents send their own large defaults).
         wanted = request.sampling.max_tokens
         max_tokens = room if wanted is None else min(wanted, room)
         sampling = dataclasses.replace(request.sampling, max_tokens=max_tokens)
-        return Prepared(prompt, EngineRequest(request_id, prompt.ids, sampling))
+        calls = self.renderer.family.tools
+        if not request.tools or request.tool_choice.kind is ToolChoiceKind.NONE:
+            calls = None
+        engine_request = EngineRequest(request_id, prompt.ids, sampling, constraint)
+        return Prepared(request, prompt, engine_request, calls)
 
     def _check_supported(self, request: GenerateRequest) -> None:
         for image in request.images():
@@ -84,14 +99,12 @@ class Generation:
                     "image_input)",
                     param=image.path,
                 )
+        if request.tools and self.renderer.family.tools is None:
+            raise UnsupportedParameter(
+                f"{self.card.id} has no known tool-call format", param="tools"
+            )
         if request.sampling.logprobs:
             raise UnsupportedParameter("logprobs are not available on this node", param="logprobs")
-        if request.tools or any(m.role == "tool" for m in request.messages):
-            raise UnsupportedParameter("tool use is not available on this node", param="tools")
-        if request.response_format is not None:
-            raise UnsupportedParameter(
-                "structured output is not available on this node", param="response_format"
-            )
         if request.thinking.mode is not ThinkingMode.DISABLED:
             raise UnsupportedParameter("thinking is not available on this node", param="thinking")
 
@@ -101,6 +114,7 @@ class Generation:
         """The answer's events; `record` follows it (tokens so far, then how it ended)."""
         timing = record.timing
         record.prompt_tokens = prepared.prompt.num_tokens
+        parser = OutputParser(prepared.calls, tool_call_id)
         submitted = time.perf_counter()
         try:
             # Closed explicitly (not left to the garbage collector): closing aborts the request.
@@ -109,11 +123,13 @@ class Generation:
                     if "ttft" not in timing.phases:
                         timing.mark("ttft")
                     record.completion_tokens = output.completion_tokens
-                    if output.text:
-                        yield TextDelta(output.text)
+                    for event in parser.feed(output.text):
+                        yield event
                     if output.finish is not None:
                         timing.record("model", submitted)
-                        finish = _finish(output.finish)
+                        for event in parser.finish():
+                            yield event
+                        finish = _finish(output.finish, parser.num_calls)
                         record.finished(finish)
                         yield finish
                         return
@@ -122,6 +138,9 @@ class Generation:
             if record.status == "running":
                 record.status = "canceled"  # the client went away; the engine request is aborted
             raise
+        except ConstraintRejected as error:
+            record.failed(error.code)
+            raise explain(prepared.request, error) from None
         except InferError as error:
             record.failed(error.code)
             raise
@@ -130,6 +149,9 @@ class Generation:
             raise
 
 
-def _finish(finish: EngineFinish) -> Finish:
+def _finish(finish: EngineFinish, num_calls: int) -> Finish:
     usage = Usage(finish.prompt_tokens, finish.completion_tokens, finish.cached_tokens)
-    return Finish(_FINISH_REASONS[finish.kind], usage, finish.matched)
+    reason = _FINISH_REASONS[finish.kind]
+    if reason is FinishReason.END_TURN and num_calls:
+        reason = FinishReason.TOOL_USE
+    return Finish(reason, usage, finish.matched)

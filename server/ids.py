@@ -54,3 +54,11 @@ def message_id(request_id: str) -> str:
 def completion_id(request_id: str) -> str:
     """The OpenAI completion id of a request: `chatcmpl-` and the request's ULID."""
     return "chatcmpl-" + request_id.removeprefix("req_")
+
+
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def tool_call_id() -> str:
+    """A protocol-neutral call id (24 base62 characters); the encoders add `toolu_` or `call_`."""
+    return "".join(secrets.choice(_BASE62) for _ in range(24))

@@ -1,16 +1,23 @@
 """Prompt rendering: canonical messages through the model's own chat template into token ids, in
-this process, so counts are exact before the engine runs (count_tokens, context checks, usage)."""
+this process, so counts are exact before the engine runs (count_tokens, context checks, usage).
+Tools, tool calls and tool results are written in the model family's format (`grammars/`): the
+same strings the grammar makes the model write and the output parser reads."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from server.canonical import GenerateRequest, Message
+import orjson
+
+from grammars import ModelFamily, ToolFormat
+from server.canonical import GenerateRequest, Message, Text, Tool, ToolCall, ToolResult
 
 
 class Tokenizer(Protocol):
     """The part of a Hugging Face tokenizer the renderer uses."""
+
+    chat_template: str | None
 
     def apply_chat_template(self, conversation: list[dict[str, Any]], **kwargs: Any) -> Any: ...
 
@@ -30,23 +37,79 @@ class Prompt:
 
 
 class PromptRenderer:
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, family: ModelFamily) -> None:
         self._tokenizer = tokenizer
+        self.family = family
 
     def render(self, request: GenerateRequest) -> Prompt:
         """A trailing assistant turn is left open: the answer continues where it ends."""
         continues = request.continues_answer
         text = self._tokenizer.apply_chat_template(
-            [_template_message(m) for m in request.messages],
+            self._turns(request),
             tokenize=False,
             add_generation_prompt=not continues,
             continue_final_message=continues,
         )
         return Prompt(text, self._tokenizer.encode(text, add_special_tokens=False))
 
+    def _turns(self, request: GenerateRequest) -> list[dict[str, Any]]:
+        tools = self.family.tools
+        turns: list[dict[str, Any]] = []
+        results: dict[str, Any] | None = None  # the turn tool results are being added to
+        for message in request.messages:
+            if message.role == "tool" and tools is not None:
+                text = _results(message, tools)
+                if results is None:
+                    results = {"role": tools.result_role, "content": text}
+                    turns.append(results)
+                else:  # consecutive results share one turn
+                    results["content"] += "\n" + text
+            else:
+                results = None
+                turns.append({"role": message.role, "content": _content(message, tools)})
+        if request.tools and tools is not None:
+            _add_tools(turns, request.tools, tools)
+        return turns
 
-def _template_message(message: Message) -> dict[str, Any]:
-    return {"role": message.role, "content": message.text}
+
+def _content(message: Message, tools: ToolFormat | None) -> str:
+    texts = [part.text for part in message.parts if isinstance(part, Text)]
+    if tools is not None:
+        texts += [
+            tools.call(part.name, part.arguments)
+            for part in message.parts
+            if isinstance(part, ToolCall)
+        ]
+    return "\n".join(text for text in texts if text) if len(texts) > 1 else "".join(texts)
+
+
+def _results(message: Message, tools: ToolFormat) -> str:
+    """Each result wrapped in the family's result tags; an error is shown as such."""
+    wrapped = []
+    for part in message.parts:
+        if isinstance(part, ToolResult):
+            text = "\n".join(p.text for p in part.parts if isinstance(p, Text))
+            content = tools.error_prefix + text if part.is_error else text
+            wrapped.append(tools.result.replace("{content}", content))
+    return "\n".join(wrapped)
+
+
+def _add_tools(turns: list[dict[str, Any]], tools: tuple[Tool, ...], form: ToolFormat) -> None:
+    """The tools follow the system prompt (one is made when there is none)."""
+    lines = "\n".join(orjson.dumps(_tool_json(tool)).decode() for tool in tools)
+    block = form.system.replace("{tools}", lines)
+    if turns and turns[0]["role"] == "system":
+        turns[0]["content"] = f"{turns[0]['content']}\n\n{block}" if turns[0]["content"] else block
+    else:
+        turns.insert(0, {"role": "system", "content": block})
+
+
+def _tool_json(tool: Tool) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        function["description"] = tool.description
+    function["parameters"] = tool.input_schema
+    return {"type": "function", "function": function}
 
 
 def load_tokenizer(path: str) -> Tokenizer:

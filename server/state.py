@@ -65,16 +65,18 @@ class ServerState:
             log.exception("the model runtime failed to start")
             self.on_start_failed(1)
             return
+        family = family_for(tokenizer.chat_template)
+        capabilities = ("chat", "streaming", "json_output") + (("tools",) if family.tools else ())
         card = ModelCard(
             id=self.source.served_name,
             context_length=engine.limits.context_length,
             max_request_bytes=self.settings.max_request_bytes,
             created=int(time.time()),
             owned_by=self.settings.node_name,
+            capabilities=capabilities,
         )
-        family = family_for(getattr(tokenizer, "chat_template", None))
         self.decode_options = self._decode_options(family)
-        self.generation = Generation(engine, PromptRenderer(tokenizer), card)
+        self.generation = Generation(engine, PromptRenderer(tokenizer, family), card)
         self.on_engine_started()
         log.info("serving %s, ready in %.1f s", card.id, time.monotonic() - started)
 

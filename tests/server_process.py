@@ -3,6 +3,7 @@ its log kept in a file, stopped with SIGTERM."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -14,7 +15,15 @@ from pathlib import Path
 
 import httpx
 
-STARTUP_TIMEOUT_S = 600.0  # a fresh machine converts the embedded model first
+STARTUP_TIMEOUT_S = 600.0
+PR_SET_PDEATHSIG = 1  # a fresh machine converts the embedded model first
+
+
+def _stop_with_parent() -> None:
+    """A test run that dies (killed CI job, crashed harness) leaves no server behind: the server
+    gets SIGTERM when its parent goes (Linux), and stops its engine as on any SIGTERM."""
+    if sys.platform == "linux":
+        ctypes.CDLL("libc.so.6").prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -47,6 +56,7 @@ class ServerProcess:
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=_stop_with_parent,
         )
 
     def wait_listening(self, verify: ssl.SSLContext | bool = True) -> None:

@@ -1,7 +1,16 @@
 """The one canonical request and event model both protocols map into and out of."""
 
 from server.canonical.answer import Answer, fold
-from server.canonical.events import Event, Finish, FinishReason, TextDelta, Usage
+from server.canonical.events import (
+    Event,
+    Finish,
+    FinishReason,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    Usage,
+)
 from server.canonical.request import (
     GenerateRequest,
     Image,
@@ -40,6 +49,9 @@ __all__ = [
     "ThinkingMode",
     "Tool",
     "ToolCall",
+    "ToolCallDelta",
+    "ToolCallEnd",
+    "ToolCallStart",
     "ToolChoice",
     "ToolChoiceKind",
     "ToolResult",

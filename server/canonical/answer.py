@@ -7,21 +7,55 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
 
-from server.canonical.events import Event, Finish, TextDelta
+from server.canonical.events import (
+    Event,
+    Finish,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
+from server.canonical.request import Text, ToolCall
 
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    text: str
+    content: tuple[Text | ToolCall, ...]  # in the order the model wrote them
     finish: Finish
+
+    @property
+    def text(self) -> str:
+        return "".join(part.text for part in self.content if isinstance(part, Text))
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        return tuple(part for part in self.content if isinstance(part, ToolCall))
 
 
 async def fold(events: AsyncGenerator[Event, None]) -> Answer:
-    pieces: list[str] = []
+    content: list[Text | ToolCall] = []
+    pieces: list[str] = []  # the part being written: text, or a call's arguments
+    call: ToolCallStart | None = None
     async with aclosing(events):
         async for event in events:
             if isinstance(event, TextDelta):
                 pieces.append(event.text)
+            elif isinstance(event, ToolCallStart):
+                _flush_text(content, pieces)
+                call = event
+            elif isinstance(event, ToolCallDelta):
+                pieces.append(event.arguments)
+            elif isinstance(event, ToolCallEnd) and call is not None:
+                content.append(ToolCall(call.id, call.name, "".join(pieces)))
+                pieces.clear()
+                call = None
             elif isinstance(event, Finish):
-                return Answer("".join(pieces), event)
+                _flush_text(content, pieces)
+                return Answer(tuple(content), event)
     raise RuntimeError("the event stream ended without a finish")
+
+
+def _flush_text(content: list[Text | ToolCall], pieces: list[str]) -> None:
+    if pieces:
+        content.append(Text("".join(pieces)))
+        pieces.clear()

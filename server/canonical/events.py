@@ -13,6 +13,7 @@ class FinishReason(StrEnum):
     END_TURN = "end_turn"
     MAX_TOKENS = "max_tokens"
     STOP_SEQUENCE = "stop_sequence"
+    TOOL_USE = "tool_use"
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,10 +29,32 @@ class TextDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCallStart:
+    """A call opens: its index among the answer's calls, a protocol-neutral id, the tool."""
+
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A fragment of the call's arguments; the fragments concatenate to its JSON object."""
+
+    index: int
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallEnd:
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
 class Finish:
     reason: FinishReason
     usage: Usage
     stop_sequence: str | None = None  # the matched stop string, with STOP_SEQUENCE
 
 
-Event = TextDelta | Finish
+Event = TextDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | Finish

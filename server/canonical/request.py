@@ -69,6 +69,7 @@ class Tool:
     description: str | None
     input_schema: dict[str, Any]
     strict: bool = False
+    schema_path: str = ""  # where the schema stands in the request, for errors that name it
 
 
 class ToolChoiceKind(StrEnum):
@@ -91,6 +92,7 @@ class ResponseFormat:
 
     kind: Literal["json_schema", "json_object"]
     schema: dict[str, Any] | None = None
+    schema_path: str = ""
 
 
 class ThinkingMode(StrEnum):

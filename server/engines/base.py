@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Literal, Protocol
 
 from server.canonical import Sampling
 
@@ -24,10 +24,19 @@ class EngineLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class Constraint:
+    """A grammar for the answer, in one of SGLang's constraint kinds (xgrammar compiles it)."""
+
+    kind: Literal["json_schema", "regex", "ebnf", "structural_tag"]
+    value: str  # the JSON text of a schema or structural tag, or the regex / EBNF source
+
+
+@dataclass(frozen=True, slots=True)
 class EngineRequest:
     request_id: str  # fixed length: SGLang aborts every request whose id starts with the one given
     prompt_ids: list[int]
     sampling: Sampling  # max_tokens resolved: never None here
+    constraint: Constraint | None = None
 
 
 class StopKind(StrEnum):

@@ -144,7 +144,9 @@ def test_output_format_is_a_json_schema() -> None:
     request = decode_messages(
         body(output_config={"format": {"type": "json_schema", "schema": schema}})
     )
-    assert request.response_format == ResponseFormat("json_schema", schema)
+    assert request.response_format == ResponseFormat(
+        "json_schema", schema, "output_config.format.schema"
+    )
 
 
 def test_tool_results_become_tool_messages_ahead_of_the_rest_of_the_turn() -> None:

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from server.canonical import Answer, Finish, FinishReason, TextDelta, Usage
+from server.canonical import (
+    Answer,
+    Finish,
+    FinishReason,
+    Text,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    Usage,
+)
 from server.errors import InvalidRequest, UnsupportedParameter
 from server.protocols.anthropic.encode import MessageStream, error_body, message_body
 from tests.unit.encoding import REQUEST_ID, context, parse_sse
@@ -61,7 +72,7 @@ def test_error_event_carries_the_anthropic_error_shape() -> None:
 
 
 def test_message_body_is_the_folded_stream() -> None:
-    body = message_body(Answer("Hello", FINISH), context())
+    body = message_body(Answer((Text("Hello"),), FINISH), context())
     assert body["type"] == "message" and body["role"] == "assistant"
     assert body["content"] == [{"type": "text", "text": "Hello"}]
     assert body["stop_reason"] == "stop_sequence"
@@ -77,7 +88,7 @@ def test_finish_reasons_map_to_anthropic_stop_reasons() -> None:
         (FinishReason.MAX_TOKENS, "max_tokens"),
         (FinishReason.STOP_SEQUENCE, "stop_sequence"),
     ]:
-        body = message_body(Answer("", Finish(reason, Usage(1, 1))), context())
+        body = message_body(Answer((), Finish(reason, Usage(1, 1))), context())
         assert body["stop_reason"] == expected
 
 
@@ -89,3 +100,47 @@ def test_error_body_names_the_code_and_parameter_under_b3os() -> None:
         "request_id": REQUEST_ID,
         "b3os": {"code": "unsupported_parameter", "param": "tools.0.type"},
     }
+
+
+def test_tool_use_blocks_stream_an_empty_input_then_json_fragments() -> None:
+    stream = MessageStream(context())
+    raw = b"".join(
+        stream.encode(e)
+        for e in (
+            TextDelta("Checking."),
+            ToolCallStart(0, "abc", "get_weather"),
+            ToolCallDelta(0, '{"city": '),
+            ToolCallDelta(0, '"Oslo"}'),
+            ToolCallEnd(0),
+            Finish(FinishReason.TOOL_USE, Usage(7, 9)),
+        )
+    )
+    events = parse_sse(raw)
+    assert [name for name, _ in events] == [
+        "content_block_start", "content_block_delta", "content_block_stop",
+        "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
+        "message_delta", "message_stop",
+    ]  # fmt: skip
+    assert events[3][1]["content_block"] == {
+        "type": "tool_use", "id": "toolu_abc", "name": "get_weather", "input": {}
+    }  # fmt: skip
+    assert [e[1]["index"] for e in events[3:7]] == [1, 1, 1, 1]
+    assert events[4][1]["delta"] == {"type": "input_json_delta", "partial_json": '{"city": '}
+    assert events[-2][1]["delta"]["stop_reason"] == "tool_use"
+
+
+def test_message_body_holds_tool_use_with_parsed_input() -> None:
+    answer = Answer(
+        (Text("Checking."), ToolCall("abc", "get_weather", '{"city": "Oslo"}')),
+        Finish(FinishReason.TOOL_USE, Usage(7, 9)),
+    )
+    body = message_body(answer, context())
+    assert body["content"][1] == {
+        "type": "tool_use", "id": "toolu_abc", "name": "get_weather", "input": {"city": "Oslo"}
+    }  # fmt: skip
+    assert body["stop_reason"] == "tool_use"
+
+
+def test_a_call_cut_short_has_an_empty_input() -> None:
+    answer = Answer((ToolCall("abc", "f", '{"ci'),), Finish(FinishReason.MAX_TOKENS, Usage(7, 9)))
+    assert message_body(answer, context())["content"][0]["input"] == {}

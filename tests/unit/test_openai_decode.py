@@ -144,7 +144,7 @@ def test_response_formats() -> None:
     spec = {"name": "answer", "schema": schema, "strict": True, "description": "x"}
     assert decode_chat(body(response_format={"type": "json_schema", "json_schema": spec}))[
         0
-    ].response_format == ResponseFormat("json_schema", schema)
+    ].response_format == ResponseFormat("json_schema", schema, "response_format.json_schema.schema")
 
 
 def test_enable_thinking_turns_on_a_reasoning_phase() -> None:

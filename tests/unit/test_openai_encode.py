@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from server.canonical import Answer, Finish, FinishReason, TextDelta, Usage
+from server.canonical import (
+    Answer,
+    Finish,
+    FinishReason,
+    Text,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    Usage,
+)
 from server.errors import BackendUnavailable
 from server.protocols.openai.encode import ChunkStream, completion_body, error_body
 from tests.unit.encoding import REQUEST_ID, context, parse_sse
@@ -55,7 +66,7 @@ def test_empty_answer_still_sends_the_role() -> None:
 
 
 def test_completion_body_is_the_folded_stream() -> None:
-    body = completion_body(Answer("Hi!", FINISH), context())
+    body = completion_body(Answer((Text("Hi!"),), FINISH), context())
     assert body["object"] == "chat.completion"
     assert body["created"] == 1793001600
     [choice] = body["choices"]
@@ -67,7 +78,7 @@ def test_completion_body_is_the_folded_stream() -> None:
 
 def test_stop_sequence_and_end_of_turn_both_finish_with_stop() -> None:
     for reason in (FinishReason.END_TURN, FinishReason.STOP_SEQUENCE):
-        body = completion_body(Answer("", Finish(reason, Usage(1, 1))), context())
+        body = completion_body(Answer((), Finish(reason, Usage(1, 1))), context())
         assert body["choices"][0]["finish_reason"] == "stop"
 
 
@@ -82,3 +93,33 @@ def test_error_shape_is_openai_with_the_b3os_code() -> None:
         }
     }
     assert error.headers() == {"Retry-After": "5"}
+
+
+def test_tool_calls_stream_head_then_argument_fragments() -> None:
+    stream = ChunkStream(context(), include_usage=False)
+    raw = b"".join(
+        stream.encode(e)
+        for e in (
+            ToolCallStart(0, "abc", "get_weather"),
+            ToolCallDelta(0, '{"city": '),
+            ToolCallDelta(0, '"Oslo"}'),
+            ToolCallEnd(0),
+            Finish(FinishReason.TOOL_USE, Usage(7, 9)),
+        )
+    )
+    chunks = [data for _, data in parse_sse(raw)][:-1]
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    function = {"name": "get_weather", "arguments": ""}
+    head = {"index": 0, "id": "call_abc", "type": "function", "function": function}
+    assert deltas[0] == {"role": "assistant", "tool_calls": [head]}
+    assert deltas[1] == {"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_completion_with_calls_only_has_null_content() -> None:
+    answer = Answer((ToolCall("abc", "f", "{}"),), Finish(FinishReason.TOOL_USE, Usage(7, 9)))
+    message = completion_body(answer, context())["choices"][0]["message"]
+    assert message["content"] is None
+    assert message["tool_calls"] == [
+        {"id": "call_abc", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    ]

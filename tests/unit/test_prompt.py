@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from server.canonical import GenerateRequest, Message, Text
+from grammars import family_for
+from server.canonical import GenerateRequest, Message, Text, Tool, ToolCall, ToolResult
 from server.config import default_cache_dir
 from server.models.embedded import ensure_converted
 from server.prompt import PromptRenderer, load_tokenizer
@@ -12,7 +13,8 @@ from server.prompt import PromptRenderer, load_tokenizer
 
 @pytest.fixture(scope="module")
 def renderer() -> PromptRenderer:
-    return PromptRenderer(load_tokenizer(str(ensure_converted(default_cache_dir()))))
+    tokenizer = load_tokenizer(str(ensure_converted(default_cache_dir())))
+    return PromptRenderer(tokenizer, family_for(tokenizer.chat_template))
 
 
 def request(*turns: tuple[str, str]) -> GenerateRequest:
@@ -41,3 +43,38 @@ def test_a_system_turn_is_rendered_where_it_stands(renderer: PromptRenderer) -> 
     assert (
         text.index("<|im_start|>user\nHi") < text.index("Now in French.") < text.index("user\nOk")
     )
+
+
+WEATHER = Tool(
+    "get_weather", "Weather.", {"type": "object", "properties": {"city": {"type": "string"}}}
+)
+
+
+def test_tools_follow_the_system_prompt(renderer: PromptRenderer) -> None:
+    req = GenerateRequest(
+        "m",
+        (Message("system", (Text("Be brief."),)), Message("user", (Text("Hi"),))),
+        tools=(WEATHER,),
+    )
+    text = renderer.render(req).text
+    assert text.startswith("<|im_start|>system\nBe brief.\n\n# Tools\n")
+    assert (
+        '{"type":"function","function":{"name":"get_weather","description":"Weather.","parameters":'
+        in text
+    )
+
+
+def test_tool_calls_and_results_render_in_the_family_format(renderer: PromptRenderer) -> None:
+    messages = (
+        Message("user", (Text("Weather?"),)),
+        Message("assistant", (ToolCall("x", "get_weather", '{"city": "Oslo"}'),)),
+        Message("tool", (ToolResult("x", (Text("3C"),)),)),
+        Message("tool", (ToolResult("y", (Text("boom"),), is_error=True),)),
+    )
+    text = renderer.render(GenerateRequest("m", messages, tools=(WEATHER,))).text
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    assert f"<|im_start|>assistant\n{call}<|im_end|>" in text
+    results = (
+        "<tool_response>\n3C\n</tool_response>\n<tool_response>\nError: boom\n</tool_response>"
+    )
+    assert f"<|im_start|>user\n{results}<|im_end|>" in text

@@ -6,6 +6,7 @@ from typing import Any
 
 from server.canonical import Sampling
 from server.config import Settings
+from server.engines.base import Constraint
 from server.models.source import ModelSource
 
 # On a CPU SGLang sizes its KV cache from free RAM; bound it (tokens, all requests together).
@@ -32,6 +33,9 @@ def server_args(settings: Settings, source: ModelSource) -> dict[str, Any]:
         "tp_size": settings.tp_size,
         # Deltas rather than SGLang's default cumulative text: O(1) work per streamed chunk.
         "incremental_streaming_output": True,
+        # An idle scheduler otherwise spins a core at 100% (measured on CPU; SGLang says the same
+        # of GPUs): it waits on its sockets instead, and wakes the moment a request arrives.
+        "sleep_on_idle": True,
         # SGLang logs every batch at info; ours says what a request did.
         "log_level": "info" if settings.log_level == "debug" else "warning",
     }
@@ -47,7 +51,7 @@ def server_args(settings: Settings, source: ModelSource) -> dict[str, Any]:
     return args
 
 
-def to_sampling_params(sampling: Sampling) -> dict[str, Any]:
+def to_sampling_params(sampling: Sampling, constraint: Constraint | None = None) -> dict[str, Any]:
     params: dict[str, Any] = {"max_new_tokens": sampling.max_tokens}
     if sampling.temperature is not None:
         params["temperature"] = sampling.temperature
@@ -68,4 +72,6 @@ def to_sampling_params(sampling: Sampling) -> dict[str, Any]:
     params.update({key: value for key, value in optional.items() if value is not None})
     if sampling.logit_bias:
         params["logit_bias"] = {str(token): bias for token, bias in sampling.logit_bias.items()}
+    if constraint is not None:
+        params[constraint.kind] = constraint.value  # xgrammar compiles it, SGLang caches it
     return params

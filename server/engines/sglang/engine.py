@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
@@ -19,7 +20,13 @@ from server.engines.base import (
 )
 from server.engines.sglang import cpu_compat
 from server.engines.sglang.args import server_args, to_sampling_params
-from server.errors import BackendUnavailable, ContextLengthExceeded, InferError, InvalidRequest
+from server.errors import (
+    BackendUnavailable,
+    ConstraintRejected,
+    ContextLengthExceeded,
+    InferError,
+    InvalidRequest,
+)
 from server.models.source import ModelSource
 
 log = logging.getLogger(__name__)
@@ -92,7 +99,7 @@ class SGLangEngine:
             raise BackendUnavailable("the model runtime is starting; retry shortly", retry_after=5)
         stream = await self._engine.async_generate(
             input_ids=request.prompt_ids,
-            sampling_params=to_sampling_params(request.sampling),
+            sampling_params=to_sampling_params(request.sampling, request.constraint),
             stream=True,
             rid=request.request_id,
         )
@@ -110,6 +117,13 @@ class SGLangEngine:
             await stream.aclose()
             if not finished:
                 log.debug("aborted %s", request.request_id)
+
+
+def _compiler_reason(message: str) -> str:
+    """xgrammar's reason without its source location: 'Failed to compile structural_tag
+    grammar: [23:19:19] /project/cpp/x.cc:4181: Cannot find field' -> 'Cannot find field'."""
+    reason = message.split("grammar:", 1)[-1]
+    return re.sub(r"\[[\d:]+\]\s*\S+:\d+:\s*", "", reason).strip()
 
 
 def _limits(tokenizer_manager: Any) -> EngineLimits:
@@ -167,6 +181,8 @@ def _finish(meta: dict[str, Any], request: EngineRequest) -> EngineFinish | None
 def _abort_error(reason: dict[str, Any], request: EngineRequest) -> InferError:
     message = str(reason.get("message") or "")
     if reason.get("status_code") == 400:
+        if "grammar" in message:
+            return ConstraintRejected(_compiler_reason(message))
         if "length" in message or "exceeds" in message:
             return ContextLengthExceeded(message, param="messages")
         return InvalidRequest(message)

@@ -138,7 +138,7 @@ def _tool(path: str, item: Any) -> Tool:
     strict = fields.boolean("strict") or False
     cache_control(fields)
     fields.done()
-    return Tool(name, description, schema, strict)
+    return Tool(name, description, schema, strict, f"{path}.input_schema")
 
 
 def _tool_choice(fields: Fields, tools: tuple[Tool, ...]) -> ToolChoice:
@@ -194,4 +194,4 @@ def _output_config(fields: Fields) -> ResponseFormat | None:
     form.choice("type", ("json_schema",), required=True)
     schema = json_schema(form.raw("schema", required=True), f"{form.path}.schema")
     form.done()
-    return ResponseFormat("json_schema", schema)
+    return ResponseFormat("json_schema", schema, f"{form.path}.schema")

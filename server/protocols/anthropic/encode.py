@@ -5,7 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.canonical import Answer, Event, Finish, FinishReason, TextDelta
+import orjson
+
+from server.canonical import (
+    Answer,
+    Event,
+    Finish,
+    FinishReason,
+    Text,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
 from server.errors import InferError
 from server.ids import message_id
 from server.protocols import sse
@@ -15,7 +28,9 @@ STOP_REASONS = {
     FinishReason.END_TURN: "end_turn",
     FinishReason.MAX_TOKENS: "max_tokens",
     FinishReason.STOP_SEQUENCE: "stop_sequence",
+    FinishReason.TOOL_USE: "tool_use",
 }
+TOOL_USE_PREFIX = "toolu_"
 
 
 def error_body(error: InferError, request_id: str) -> dict[str, Any]:
@@ -31,18 +46,38 @@ def error_body(error: InferError, request_id: str) -> dict[str, Any]:
 
 
 def message_body(answer: Answer, context: ResponseContext) -> dict[str, Any]:
-    content = [{"type": "text", "text": answer.text}] if answer.text else []
     return {
         "id": message_id(context.request_id),
         "type": "message",
         "role": "assistant",
         "model": context.model,
-        "content": content,
+        "content": [_block(part) for part in answer.content],
         "stop_reason": STOP_REASONS[answer.finish.reason],
         "stop_sequence": answer.finish.stop_sequence,
         "usage": _usage(answer.finish),
         "b3os": context.b3os(streamed=False),
     }
+
+
+def _block(part: Text | ToolCall) -> dict[str, Any]:
+    if isinstance(part, Text):
+        return {"type": "text", "text": part.text}
+    return {
+        "type": "tool_use",
+        "id": TOOL_USE_PREFIX + part.id,
+        "name": part.name,
+        "input": tool_input(part.arguments),
+    }
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """The arguments as the object Anthropic's `input` is. A call cut short by max_tokens has
+    arguments that do not parse: its input is what could be read, which is nothing."""
+    try:
+        value = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _usage(finish: Finish) -> dict[str, int]:
@@ -53,13 +88,14 @@ def _usage(finish: Finish) -> dict[str, int]:
 
 
 class MessageStream:
-    """Writes one message's events in Anthropic's order. Blocks open lazily: a text block starts
-    with the first text, and every open block is stopped before `message_delta`."""
+    """Writes one message's events in Anthropic's order. A block starts with its first event
+    (text, or a call with an empty `input` that `input_json_delta` fragments fill), and every
+    open block is stopped before the next one and before `message_delta`."""
 
     def __init__(self, context: ResponseContext) -> None:
         self._context = context
         self._index = -1
-        self._open = False
+        self._open: str | None = None  # the type of the open block
 
     def start(self) -> bytes:
         message: dict[str, Any] = {
@@ -76,29 +112,36 @@ class MessageStream:
 
     def encode(self, event: Event) -> bytes:
         if isinstance(event, TextDelta):
-            return self._text(event.text)
+            opened = b"" if self._open == "text" else self._start({"type": "text", "text": ""})
+            return opened + self._delta({"type": "text_delta", "text": event.text})
+        if isinstance(event, ToolCallStart):
+            block = {"type": "tool_use", "id": TOOL_USE_PREFIX + event.id, "name": event.name}
+            return self._start({**block, "input": {}})
+        if isinstance(event, ToolCallDelta):
+            return self._delta({"type": "input_json_delta", "partial_json": event.arguments})
+        if isinstance(event, ToolCallEnd):
+            return self._stop()
         return self._finish(event)
 
-    def _text(self, text: str) -> bytes:
-        out = b""
-        if not self._open:
-            self._index += 1
-            self._open = True
-            block = {"type": "text", "text": ""}
-            out += sse.event(
-                {"type": "content_block_start", "index": self._index, "content_block": block},
-                "content_block_start",
-            )
-        delta = {"type": "text_delta", "text": text}
-        return out + sse.event(
+    def _start(self, block: dict[str, Any]) -> bytes:
+        stopped = self._stop()
+        self._index += 1
+        self._open = block["type"]
+        return stopped + sse.event(
+            {"type": "content_block_start", "index": self._index, "content_block": block},
+            "content_block_start",
+        )
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        return sse.event(
             {"type": "content_block_delta", "index": self._index, "delta": delta},
             "content_block_delta",
         )
 
-    def _close_block(self) -> bytes:
-        if not self._open:
+    def _stop(self) -> bytes:
+        if self._open is None:
             return b""
-        self._open = False
+        self._open = None
         return sse.event({"type": "content_block_stop", "index": self._index}, "content_block_stop")
 
     def _finish(self, finish: Finish) -> bytes:
@@ -112,11 +155,11 @@ class MessageStream:
             "b3os": self._context.b3os(streamed=True),
         }
         return (
-            self._close_block()
+            self._stop()
             + sse.event(delta, "message_delta")
             + sse.event({"type": "message_stop"}, "message_stop")
         )
 
     def error(self, error: InferError) -> bytes:
-        """A failure after the stream started ends it with an `error` event."""
+        """A failure after the stream started ends it with an `error` event, and nothing after."""
         return sse.event(error_body(error, self._context.request_id), "error")

@@ -162,7 +162,7 @@ def _tools(fields: Fields) -> tuple[Tool, ...]:
         strict = function.boolean("strict") or False
         function.done()
         tool.done()
-        tools.append(Tool(name, description, schema, strict))
+        tools.append(Tool(name, description, schema, strict, f"{function.path}.parameters"))
     tool_names([(f"tools.{i}.function.name", t.name) for i, t in enumerate(tools)], NAME, 64)
     return tuple(tools)
 
@@ -217,7 +217,8 @@ def _response_format(fields: Fields) -> ResponseFormat | None:
     form.done()
     if schema is None:
         return ResponseFormat("json_object")
-    return ResponseFormat("json_schema", json_schema(schema, f"{spec.path}.schema"))
+    path = f"{spec.path}.schema"
+    return ResponseFormat("json_schema", json_schema(schema, path), path)
 
 
 def _thinking(fields: Fields) -> ThinkingConfig:

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.canonical import Answer, Event, Finish, FinishReason, TextDelta
+from server.canonical import (
+    Answer,
+    Event,
+    Finish,
+    FinishReason,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallStart,
+)
 from server.errors import InferError
 from server.ids import completion_id
 from server.protocols import sse
@@ -15,7 +24,9 @@ FINISH_REASONS = {
     FinishReason.END_TURN: "stop",
     FinishReason.MAX_TOKENS: "length",
     FinishReason.STOP_SEQUENCE: "stop",
+    FinishReason.TOOL_USE: "tool_calls",
 }
+CALL_PREFIX = "call_"
 
 
 def error_body(error: InferError) -> dict[str, Any]:
@@ -40,7 +51,14 @@ def usage(finish: Finish) -> dict[str, Any]:
 
 
 def completion_body(answer: Answer, context: ResponseContext) -> dict[str, Any]:
-    message = {"role": "assistant", "content": answer.text, "refusal": None}
+    calls = answer.tool_calls
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": answer.text or (None if calls else ""),
+        "refusal": None,
+    }
+    if calls:
+        message["tool_calls"] = [_call(call) for call in calls]
     return {
         "id": completion_id(context.request_id),
         "object": "chat.completion",
@@ -57,6 +75,14 @@ def completion_body(answer: Answer, context: ResponseContext) -> dict[str, Any]:
         "usage": usage(answer.finish),
         "system_fingerprint": None,
         "b3os": context.b3os(streamed=False),
+    }
+
+
+def _call(call: ToolCall) -> dict[str, Any]:
+    return {
+        "id": CALL_PREFIX + call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
     }
 
 
@@ -97,7 +123,17 @@ class ChunkStream:
     def encode(self, event: Event) -> bytes:
         if isinstance(event, TextDelta):
             return sse.event(self._chunk({**self._role(), "content": event.text}))
-        return self._finish(event)
+        if isinstance(event, ToolCallStart):
+            function = {"name": event.name, "arguments": ""}
+            call = {"index": event.index, "id": CALL_PREFIX + event.id, "type": "function"}
+            delta = {**self._role(), "tool_calls": [{**call, "function": function}]}
+            return sse.event(self._chunk(delta))
+        if isinstance(event, ToolCallDelta):
+            call = {"index": event.index, "function": {"arguments": event.arguments}}
+            return sse.event(self._chunk({"tool_calls": [call]}))
+        if isinstance(event, Finish):
+            return self._finish(event)
+        return b""  # a call's end: the next chunk says all
 
     def _finish(self, finish: Finish) -> bytes:
         out = b""

@@ -1,0 +1,123 @@
+"""One xgrammar constraint per request, from its tool choice and output format, in the model
+family's tool-call format: a structural tag SGLang compiles (and caches) with xgrammar. Every
+tool call and every JSON answer is generated under it, so validity is guaranteed, not hoped for.
+
+    tool_choice auto   free text; once the model opens a call, its arguments follow the schema
+    tool_choice any    tool calls only, at least one        (OpenAI: required)
+    tool_choice named  calls of that tool only, at least one
+    tool_choice none   no grammar for calls: the parser leaves such text as text
+    no parallel calls  at most one call (exactly one with any / named)
+    JSON format        the answer is JSON matching the schema (or any object); with auto tools,
+                       the answer is that JSON or tool calls
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from grammars import ModelFamily, ToolFormat
+from server.canonical import GenerateRequest, Tool, ToolChoiceKind
+from server.engines.base import Constraint
+from server.errors import ConstraintRejected
+
+# Bounds runs of whitespace inside generated JSON: small models under a JSON grammar otherwise
+# fall into endless whitespace.
+MAX_WHITESPACE = 2
+ANY_OBJECT: dict[str, Any] = {"type": "object"}
+
+Format = dict[str, Any]
+
+
+def constraint_for(request: GenerateRequest, family: ModelFamily) -> Constraint | None:
+    answer = _json(request)
+    tools = family.tools
+    calls = None if tools is None else calls_format(request, tools)
+    if calls is None:
+        root = answer
+    elif answer is not None and request.tool_choice.kind is ToolChoiceKind.AUTO:
+        assert tools is not None
+        root = {"type": "or", "elements": [_calls_only(request, tools), answer]}
+    else:
+        root = calls
+    if root is None:
+        return None
+    tag = orjson.dumps({"type": "structural_tag", "format": root}).decode()
+    return Constraint("structural_tag", tag)
+
+
+def calls_format(request: GenerateRequest, tools: ToolFormat) -> Format | None:
+    kind = request.tool_choice.kind
+    if not request.tools or kind is ToolChoiceKind.NONE:
+        return None
+    if kind is not ToolChoiceKind.AUTO:
+        return _calls_only(request, tools)
+    return {
+        "type": "triggered_tags",
+        "triggers": [tools.trigger],
+        "tags": [_tag(tool, tools) for tool in request.tools],
+        "stop_after_first": not request.tool_choice.parallel,
+    }
+
+
+def _calls_only(request: GenerateRequest, tools: ToolFormat) -> Format:
+    """Calls only, at least one: of the named tool, or of any."""
+    choice = request.tool_choice
+    named = choice.kind is ToolChoiceKind.NAMED
+    allowed = [tool for tool in request.tools if not named or tool.name == choice.name]
+    return {
+        "type": "tags_with_separator",
+        "tags": [_tag(tool, tools) for tool in allowed],
+        "separator": tools.separator,
+        "at_least_one": True,
+        "stop_after_first": not choice.parallel,
+    }
+
+
+def _tag(tool: Tool, tools: ToolFormat) -> Format:
+    return {
+        "type": "tag",
+        "begin": tools.call_begin + tool.name + tools.arguments_begin,
+        "content": _schema(tool.input_schema),
+        "end": tools.call_end,
+    }
+
+
+def _json(request: GenerateRequest) -> Format | None:
+    form = request.response_format
+    if form is None:
+        return None
+    return _schema(form.schema if form.kind == "json_schema" and form.schema else ANY_OBJECT)
+
+
+def _schema(schema: dict[str, Any]) -> Format:
+    return {"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": MAX_WHITESPACE}
+
+
+def explain(request: GenerateRequest, error: ConstraintRejected) -> ConstraintRejected:
+    """The runtime could not compile the request's grammar: name the schema at fault."""
+    schemas = [(tool.schema_path, tool.input_schema) for tool in request.tools]
+    form = request.response_format
+    if form is not None and form.schema is not None:
+        schemas.append((form.schema_path, form.schema))
+    path = _first_refused(schemas)
+    where = f"{path}: " if path else ""
+    return ConstraintRejected(
+        f"{where}this JSON Schema cannot be compiled into a grammar: {error.message}", param=path
+    )
+
+
+def _first_refused(schemas: list[tuple[str, dict[str, Any]]]) -> str | None:
+    """Compiles each schema alone with xgrammar (the runtime's compiler, fast and tokenizer-free)
+    to find the one it refuses; without xgrammar here, the only schema if there is one."""
+    try:
+        from xgrammar import Grammar
+    except ImportError:
+        return schemas[0][0] if len(schemas) == 1 else None
+    for path, schema in schemas:
+        try:
+            Grammar.from_json_schema(orjson.dumps(schema).decode())
+        except (RuntimeError, ValueError):
+            return path
+    return None

@@ -1,0 +1,183 @@
+"""The output parser: the model's raw text, as it arrives, into canonical events. With a family's
+tool format, calls written in it (`<tool_call>\\n{"name": "X", "arguments": {...}}\\n</tool_call>`
+for ChatML) become call start, argument fragments and call end; everything else is text."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import Enum, auto
+
+from grammars import ToolFormat
+from server.canonical import Event, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+
+MAX_NAME = 256  # a "name" longer than this is not a call header: it is text
+
+
+class _State(Enum):
+    TEXT = auto()
+    HEADER = auto()  # after the trigger, until the arguments begin
+    ARGUMENTS = auto()
+    TAIL = auto()  # after the arguments' closing brace, until the call's end
+
+
+class OutputParser:
+    """Text that could still turn into a call (a prefix of the trigger) is held back until it
+    cannot. In tool mode, whitespace between calls is not text."""
+
+    def __init__(self, tools: ToolFormat | None, new_id: Callable[[], str]) -> None:
+        self._format = tools
+        self._new_id = new_id
+        self._state = _State.TEXT
+        self._buffer = ""
+        self._calls = 0
+        self._in_text = False
+        self._blank = ""  # whitespace at the start of a text block, held back
+        self._arguments = _ObjectEnd()
+
+    @property
+    def num_calls(self) -> int:
+        return self._calls
+
+    def feed(self, text: str) -> list[Event]:
+        if self._format is None:
+            return [TextDelta(text)] if text else []
+        self._buffer += text
+        events: list[Event] = []
+        while self._step(self._format, events):
+            pass
+        return events
+
+    def finish(self) -> list[Event]:
+        """The answer ended: release what was held back, and close a call cut short."""
+        events: list[Event] = []
+        if self._state in (_State.TEXT, _State.HEADER):
+            self._text(self._buffer, events)
+            if self._blank and not self._calls:
+                events.append(TextDelta(self._blank))
+        elif self._state == _State.ARGUMENTS:
+            if self._buffer:
+                events.append(ToolCallDelta(self._calls, self._buffer))
+            events.append(ToolCallEnd(self._calls))
+        else:
+            events.append(ToolCallEnd(self._calls))
+        self._buffer = self._blank = ""
+        return events
+
+    def _step(self, tools: ToolFormat, events: list[Event]) -> bool:
+        """One move of the state machine; False when it needs more text."""
+        if self._state == _State.TEXT:
+            return self._read_text(tools, events)
+        if self._state == _State.HEADER:
+            return self._read_header(tools, events)
+        if self._state == _State.ARGUMENTS:
+            return self._read_arguments(events)
+        return self._read_tail(tools, events)
+
+    def _read_text(self, tools: ToolFormat, events: list[Event]) -> bool:
+        start = self._buffer.find(tools.trigger)
+        if start >= 0:
+            self._text(self._buffer[:start], events)
+            self._buffer = self._buffer[start:]
+            self._state = _State.HEADER
+            return True
+        held = _partial_suffix(self._buffer, tools.trigger)
+        self._text(self._buffer[: len(self._buffer) - held], events)
+        self._buffer = self._buffer[len(self._buffer) - held :]
+        return False
+
+    def _read_header(self, tools: ToolFormat, events: list[Event]) -> bool:
+        begin = tools.call_begin
+        if len(self._buffer) < len(begin) and begin.startswith(self._buffer):
+            return False
+        end = self._buffer.find(tools.arguments_begin, len(begin))
+        if self._buffer.startswith(begin) and end < 0 and len(self._buffer) < MAX_NAME:
+            return False
+        if not self._buffer.startswith(begin) or end < 0:
+            # Not a call after all (the grammar makes this impossible when it is on): text.
+            self._text(tools.trigger, events)
+            self._buffer = self._buffer[len(tools.trigger) :]
+            self._state = _State.TEXT
+            return True
+        name = self._buffer[len(begin) : end]
+        events.append(ToolCallStart(self._calls, self._new_id(), name))
+        self._in_text = False
+        self._blank = ""
+        self._buffer = self._buffer[end + len(tools.arguments_begin) :]
+        self._arguments = _ObjectEnd()
+        self._state = _State.ARGUMENTS
+        return True
+
+    def _read_arguments(self, events: list[Event]) -> bool:
+        end = self._arguments.scan(self._buffer)
+        fragment = self._buffer if end is None else self._buffer[:end]
+        if fragment:
+            events.append(ToolCallDelta(self._calls, fragment))
+        self._buffer = "" if end is None else self._buffer[end:]
+        if end is None:
+            return False
+        self._state = _State.TAIL
+        return True
+
+    def _read_tail(self, tools: ToolFormat, events: list[Event]) -> bool:
+        end = tools.call_end
+        if len(self._buffer) < len(end) and end.startswith(self._buffer):
+            return False
+        if self._buffer.startswith(end):
+            self._buffer = self._buffer[len(end) :]
+        events.append(ToolCallEnd(self._calls))
+        self._calls += 1
+        self._state = _State.TEXT
+        return True
+
+    def _text(self, text: str, events: list[Event]) -> None:
+        if not text:
+            return
+        if not self._in_text:
+            # A text block does not open on whitespace alone: that is what separates calls.
+            if not text.strip():
+                self._blank += text
+                return
+            # Text after a call starts at its first visible character; text before keeps all.
+            text = text.lstrip() if self._calls else self._blank + text
+            self._blank = ""
+            self._in_text = True
+        events.append(TextDelta(text))
+
+
+class _ObjectEnd:
+    """Finds where a JSON object ends in text arriving in pieces (strings and escapes aware)."""
+
+    def __init__(self) -> None:
+        self._depth = 0
+        self._opened = False
+        self._in_string = False
+        self._escaped = False
+
+    def scan(self, text: str) -> int | None:
+        """The index just past the closing brace in `text`, or None if it has not come yet."""
+        for index, char in enumerate(text):
+            if self._in_string:
+                if self._escaped:
+                    self._escaped = False
+                elif char == "\\":
+                    self._escaped = True
+                elif char == '"':
+                    self._in_string = False
+            elif char == '"':
+                self._in_string = True
+            elif char in "{[":
+                self._depth += 1
+                self._opened = True
+            elif char in "}]":
+                self._depth -= 1
+                if self._opened and self._depth == 0:
+                    return index + 1
+        return None
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """The length of the longest end of `text` that begins `marker`."""
+    for size in range(min(len(text), len(marker) - 1), 0, -1):
+        if text.endswith(marker[:size]):
+            return size
+    return 0

@@ -1,0 +1,101 @@
+"""The output parser: raw text in any pieces -> the same canonical events."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from grammars import families
+from server.canonical import Event, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from server.output_parser import OutputParser
+
+CHATML = families()[0].tools
+assert CHATML is not None
+
+
+def call(name: str, arguments: str) -> str:
+    assert CHATML is not None
+    return CHATML.call(name, arguments)
+
+
+def parse(text: str, pieces: int | None = None, tools: bool = True) -> list[Event]:
+    counter = itertools.count()
+    parser = OutputParser(CHATML if tools else None, lambda: f"id{next(counter)}")
+    size = pieces or len(text) or 1
+    events: list[Event] = []
+    for start in range(0, len(text), size):
+        events += parser.feed(text[start : start + size])
+    return events + parser.finish()
+
+
+def merged(events: list[Event]) -> list[object]:
+    """Adjacent text and argument fragments joined: what a client reassembles."""
+    out: list[object] = []
+    for event in events:
+        if isinstance(event, TextDelta) and out and isinstance(out[-1], TextDelta):
+            out[-1] = TextDelta(out[-1].text + event.text)
+        elif isinstance(event, ToolCallDelta) and out and isinstance(out[-1], ToolCallDelta):
+            out[-1] = ToolCallDelta(event.index, out[-1].arguments + event.arguments)
+        else:
+            out.append(event)
+    return out
+
+
+SAMPLES = [
+    "Plain text, no calls.",
+    call("get_weather", '{"city": "Oslo"}'),
+    "Let me check.\n" + call("get_weather", '{"city": "Oslo"}'),
+    call("a", '{"x": "}{\\"}"}') + "\n" + call("b", '{"n": [1, {"m": 2}]}'),
+    "<tool_call> is how I would call, but not now.",
+    "a < b <tool",
+]
+
+
+@pytest.mark.parametrize("text", SAMPLES)
+@pytest.mark.parametrize("pieces", [1, 2, 3, 7, None])
+def test_the_same_events_whatever_the_pieces(text: str, pieces: int | None) -> None:
+    assert merged(parse(text, pieces)) == merged(parse(text))
+
+
+def test_plain_text_passes_through_without_tools() -> None:
+    text = call("get_weather", '{"city": "Oslo"}')
+    assert merged(parse(text, 3, tools=False)) == [TextDelta(text)]
+
+
+def test_a_call_becomes_start_fragments_end() -> None:
+    events = merged(parse("Let me check.\n" + call("get_weather", '{"city": "Oslo"}'), 2))
+    assert events == [
+        TextDelta("Let me check.\n"),
+        ToolCallStart(0, "id0", "get_weather"),
+        ToolCallDelta(0, '{"city": "Oslo"}'),
+        ToolCallEnd(0),
+    ]
+
+
+def test_two_calls_and_nothing_between_them() -> None:
+    events = merged(parse(call("a", '{"x": "}{\\"}"}') + "\n" + call("b", '{"n": [1]}'), 1))
+    assert [type(e).__name__ for e in events] == [
+        "ToolCallStart", "ToolCallDelta", "ToolCallEnd",
+        "ToolCallStart", "ToolCallDelta", "ToolCallEnd",
+    ]  # fmt: skip
+    assert json.loads(events[1].arguments) == {"x": '}{"}'}  # type: ignore[union-attr]
+
+
+def test_text_that_only_looks_like_a_trigger_is_text() -> None:
+    assert merged(parse("<tool_call> is how I would call", 4)) == [
+        TextDelta("<tool_call> is how I would call")
+    ]
+    assert merged(parse("a < b <tool", 1)) == [TextDelta("a < b <tool")]
+
+
+def test_a_call_cut_short_still_closes() -> None:
+    cut = call("f", '{"a": 1}').index("}")  # max_tokens ends it inside the arguments
+    events = merged(parse(call("f", '{"a": 1}')[:cut], 5))
+    assert events == [ToolCallStart(0, "id0", "f"), ToolCallDelta(0, '{"a": 1'), ToolCallEnd(0)]
+
+
+def test_text_after_a_call_starts_at_its_first_visible_character() -> None:
+    events = merged(parse(call("f", "{}") + "\n\nDone.", 3))
+    assert events[-1] == TextDelta("Done.")
