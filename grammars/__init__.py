@@ -30,11 +30,23 @@ class ToolFormat:
 
 
 @dataclass(frozen=True, slots=True)
+class ThinkingFormat:
+    open: str  # ends the answer's prompt when the model is to reason first
+    close: str
+    after: str  # between the reasoning and the answer
+
+    def block(self, text: str) -> str:
+        """Reasoning of an earlier turn, as it goes back into the prompt."""
+        return self.open + text + "\n" + self.close + self.after
+
+
+@dataclass(frozen=True, slots=True)
 class ModelFamily:
     name: str
     match: tuple[str, ...] = ()
     system_anywhere: bool = False
     tools: ToolFormat | None = None  # None: the family has no tool-call format
+    thinking: ThinkingFormat | None = None  # None: the family has no reasoning phase
 
 
 # A chat template no file matches: nothing is assumed about it.
@@ -42,12 +54,13 @@ UNKNOWN = ModelFamily("unknown")
 
 
 def _family(data: dict[str, Any]) -> ModelFamily:
-    tools = data.get("tools")
+    tools, thinking = data.get("tools"), data.get("thinking")
     return ModelFamily(
         name=data["name"],
         match=tuple(data.get("match", ())),
         system_anywhere=bool(data.get("system_anywhere", False)),
         tools=ToolFormat(**tools) if tools else None,
+        thinking=ThinkingFormat(**thinking) if thinking else None,
     )
 
 

@@ -9,6 +9,8 @@ tool call and every JSON answer is generated under it, so validity is guaranteed
     no parallel calls  at most one call (exactly one with any / named)
     JSON format        the answer is JSON matching the schema (or any object); with auto tools,
                        the answer is that JSON or tool calls
+    thinking           all of the above comes after a reasoning phase, which the grammar closes
+                       when its budget of tokens is spent
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from typing import Any
 
 import orjson
 
-from grammars import ModelFamily, ToolFormat
-from server.canonical import GenerateRequest, Tool, ToolChoiceKind
+from grammars import ModelFamily, ThinkingFormat, ToolFormat
+from server.canonical import GenerateRequest, ThinkingMode, Tool, ToolChoiceKind
 from server.engines.base import Constraint
 from server.errors import ConstraintRejected
 
@@ -26,25 +28,48 @@ from server.errors import ConstraintRejected
 # fall into endless whitespace.
 MAX_WHITESPACE = 2
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
+ANY_TEXT: dict[str, Any] = {"type": "any_text"}
 
 Format = dict[str, Any]
 
 
-def constraint_for(request: GenerateRequest, family: ModelFamily) -> Constraint | None:
-    answer = _json(request)
-    tools = family.tools
-    calls = None if tools is None else calls_format(request, tools)
-    if calls is None:
-        root = answer
-    elif answer is not None and request.tool_choice.kind is ToolChoiceKind.AUTO:
-        assert tools is not None
-        root = {"type": "or", "elements": [_calls_only(request, tools), answer]}
-    else:
-        root = calls
+def constraint_for(
+    request: GenerateRequest, family: ModelFamily, thinking: ThinkingFormat | None = None
+) -> Constraint | None:
+    """`thinking`: the answer reasons first, in that format; the rest applies after it."""
+    root = _answer(request, family)
+    if thinking is not None:
+        reasoning = _reasoning(request, thinking)
+        root = {"type": "sequence", "elements": [reasoning, root or ANY_TEXT]}
     if root is None:
         return None
     tag = orjson.dumps({"type": "structural_tag", "format": root}).decode()
     return Constraint("structural_tag", tag)
+
+
+def _reasoning(request: GenerateRequest, thinking: ThinkingFormat) -> Format:
+    """The reasoning runs until the model closes it, or until its budget of tokens is spent,
+    where the grammar closes it (its opening tag ends the prompt)."""
+    text: Format = {"type": "any_text", "excludes": [thinking.open.strip(), thinking.close]}
+    if request.thinking.mode is ThinkingMode.ENABLED and request.thinking.budget_tokens:
+        text["max_tokens"] = request.thinking.budget_tokens
+    tag = {"type": "tag", "begin": "", "content": text, "end": thinking.close}
+    return {
+        "type": "sequence",
+        "elements": [tag, {"type": "const_string", "value": thinking.after}],
+    }
+
+
+def _answer(request: GenerateRequest, family: ModelFamily) -> Format | None:
+    answer = _json(request)
+    tools = family.tools
+    calls = None if tools is None else calls_format(request, tools)
+    if calls is None:
+        return answer
+    if answer is not None and request.tool_choice.kind is ToolChoiceKind.AUTO:
+        assert tools is not None
+        return {"type": "or", "elements": [_calls_only(request, tools), answer]}
+    return calls
 
 
 def calls_format(request: GenerateRequest, tools: ToolFormat) -> Format | None:

@@ -4,13 +4,16 @@ fits, build its constraint, run the engine, parse its text into canonical events
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
+import hashlib
+import hmac
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
 
-from grammars import ToolFormat
+from grammars import ThinkingFormat, ToolFormat
 from server.canonical import (
     Event,
     Finish,
@@ -50,13 +53,23 @@ class Prepared:
     prompt: Prompt
     engine_request: EngineRequest
     calls: ToolFormat | None  # the format tool calls are parsed in; None: all text
+    thinking: ThinkingFormat | None  # the answer opens inside its reasoning
 
 
 class Generation:
-    def __init__(self, engine: Engine, renderer: PromptRenderer, card: ModelCard) -> None:
+    def __init__(
+        self, engine: Engine, renderer: PromptRenderer, card: ModelCard, signing_key: bytes
+    ) -> None:
         self.engine = engine
         self.renderer = renderer
         self.card = card
+        self._signing_key = signing_key
+
+    def sign(self, reasoning: str) -> str:
+        """The opaque signature of a reasoning block: an HMAC of its text. This node does not
+        check the signatures clients send back."""
+        digest = hmac.new(self._signing_key, reasoning.encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
     def count_tokens(self, request: GenerateRequest) -> int:
         return self.renderer.render(request).num_tokens
@@ -78,7 +91,8 @@ class Generation:
                 param="messages",
             )
         started = time.perf_counter()
-        constraint = constraint_for(request, self.renderer.family)
+        thinking = self.renderer.thinking_for(request)
+        constraint = constraint_for(request, self.renderer.family, thinking)
         timing.record("grammar", started)
         # A max_tokens beyond the context is clamped to what fits: the answer then ends with
         # max_tokens, as it would at the window's end (agents send their own large defaults).
@@ -89,7 +103,7 @@ class Generation:
         if not request.tools or request.tool_choice.kind is ToolChoiceKind.NONE:
             calls = None
         engine_request = EngineRequest(request_id, prompt.ids, sampling, constraint)
-        return Prepared(request, prompt, engine_request, calls)
+        return Prepared(request, prompt, engine_request, calls, thinking)
 
     def _check_supported(self, request: GenerateRequest) -> None:
         for image in request.images():
@@ -105,8 +119,10 @@ class Generation:
             )
         if request.sampling.logprobs:
             raise UnsupportedParameter("logprobs are not available on this node", param="logprobs")
-        if request.thinking.mode is not ThinkingMode.DISABLED:
-            raise UnsupportedParameter("thinking is not available on this node", param="thinking")
+        if request.thinking.mode is not ThinkingMode.DISABLED and not self.renderer.family.thinking:
+            raise UnsupportedParameter(
+                f"{self.card.id} has no known reasoning format", param="thinking"
+            )
 
     async def events(
         self, prepared: Prepared, record: RequestRecord
@@ -114,7 +130,7 @@ class Generation:
         """The answer's events; `record` follows it (tokens so far, then how it ended)."""
         timing = record.timing
         record.prompt_tokens = prepared.prompt.num_tokens
-        parser = OutputParser(prepared.calls, tool_call_id)
+        parser = OutputParser(prepared.calls, tool_call_id, prepared.thinking, self.sign)
         submitted = time.perf_counter()
         try:
             # Closed explicitly (not left to the garbage collector): closing aborts the request.

@@ -1,19 +1,29 @@
 """The output parser: the model's raw text, as it arrives, into canonical events. With a family's
-tool format, calls written in it (`<tool_call>\\n{"name": "X", "arguments": {...}}\\n</tool_call>`
-for ChatML) become call start, argument fragments and call end; everything else is text."""
+thinking format, the answer opens inside the reasoning, which ends at its close tag; with its tool
+format, calls written in it (`<tool_call>\\n{"name": "X", "arguments": {...}}\\n</tool_call>` for
+ChatML) become call start, argument fragments and call end; everything else is text."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum, auto
 
-from grammars import ToolFormat
-from server.canonical import Event, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from grammars import ThinkingFormat, ToolFormat
+from server.canonical import (
+    Event,
+    TextDelta,
+    ThinkingDelta,
+    ThinkingEnd,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
 
 MAX_NAME = 256  # a "name" longer than this is not a call header: it is text
 
 
 class _State(Enum):
+    THINKING = auto()
     TEXT = auto()
     HEADER = auto()  # after the trigger, until the arguments begin
     ARGUMENTS = auto()
@@ -24,12 +34,22 @@ class OutputParser:
     """Text that could still turn into a call (a prefix of the trigger) is held back until it
     cannot. In tool mode, whitespace between calls is not text."""
 
-    def __init__(self, tools: ToolFormat | None, new_id: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        tools: ToolFormat | None,
+        new_id: Callable[[], str],
+        thinking: ThinkingFormat | None = None,
+        sign: Callable[[str], str] = lambda text: "",
+    ) -> None:
         self._format = tools
         self._new_id = new_id
-        self._state = _State.TEXT
+        self._thinking = thinking
+        self._sign = sign
+        self._state = _State.THINKING if thinking else _State.TEXT
         self._buffer = ""
+        self._reasoning: list[str] = []
         self._calls = 0
+        self._after_block = False  # a call or the reasoning came before: text starts visibly
         self._in_text = False
         self._blank = ""  # whitespace at the start of a text block, held back
         self._arguments = _ObjectEnd()
@@ -39,20 +59,23 @@ class OutputParser:
         return self._calls
 
     def feed(self, text: str) -> list[Event]:
-        if self._format is None:
-            return [TextDelta(text)] if text else []
+        if self._format is None and self._state == _State.TEXT and not self._after_block:
+            return [TextDelta(text)] if text else []  # plain text: nothing to look for
         self._buffer += text
         events: list[Event] = []
-        while self._step(self._format, events):
+        while self._step(events):
             pass
         return events
 
     def finish(self) -> list[Event]:
         """The answer ended: release what was held back, and close a call cut short."""
         events: list[Event] = []
-        if self._state in (_State.TEXT, _State.HEADER):
+        if self._state == _State.THINKING:
+            self._think(self._buffer, events)
+            events.append(ThinkingEnd(self._sign("".join(self._reasoning))))
+        elif self._state in (_State.TEXT, _State.HEADER):
             self._text(self._buffer, events)
-            if self._blank and not self._calls:
+            if self._blank and not self._after_block:
                 events.append(TextDelta(self._blank))
         elif self._state == _State.ARGUMENTS:
             if self._buffer:
@@ -63,9 +86,13 @@ class OutputParser:
         self._buffer = self._blank = ""
         return events
 
-    def _step(self, tools: ToolFormat, events: list[Event]) -> bool:
+    def _step(self, events: list[Event]) -> bool:
         """One move of the state machine; False when it needs more text."""
-        if self._state == _State.TEXT:
+        if self._state == _State.THINKING:
+            assert self._thinking is not None
+            return self._read_thinking(self._thinking, events)
+        tools = self._format
+        if self._state == _State.TEXT or tools is None:
             return self._read_text(tools, events)
         if self._state == _State.HEADER:
             return self._read_header(tools, events)
@@ -73,7 +100,30 @@ class OutputParser:
             return self._read_arguments(events)
         return self._read_tail(tools, events)
 
-    def _read_text(self, tools: ToolFormat, events: list[Event]) -> bool:
+    def _read_thinking(self, thinking: ThinkingFormat, events: list[Event]) -> bool:
+        end = self._buffer.find(thinking.close)
+        if end < 0:
+            held = _partial_suffix(self._buffer, thinking.close)
+            self._think(self._buffer[: len(self._buffer) - held], events)
+            self._buffer = self._buffer[len(self._buffer) - held :]
+            return False
+        self._think(self._buffer[:end], events)
+        events.append(ThinkingEnd(self._sign("".join(self._reasoning))))
+        self._buffer = self._buffer[end + len(thinking.close) :]
+        self._after_block = True
+        self._state = _State.TEXT
+        return True
+
+    def _think(self, text: str, events: list[Event]) -> None:
+        if text:
+            self._reasoning.append(text)
+            events.append(ThinkingDelta(text))
+
+    def _read_text(self, tools: ToolFormat | None, events: list[Event]) -> bool:
+        if tools is None:
+            self._text(self._buffer, events)
+            self._buffer = ""
+            return False
         start = self._buffer.find(tools.trigger)
         if start >= 0:
             self._text(self._buffer[:start], events)
@@ -126,6 +176,7 @@ class OutputParser:
             self._buffer = self._buffer[len(end) :]
         events.append(ToolCallEnd(self._calls))
         self._calls += 1
+        self._after_block = True
         self._state = _State.TEXT
         return True
 
@@ -137,8 +188,9 @@ class OutputParser:
             if not text.strip():
                 self._blank += text
                 return
-            # Text after a call starts at its first visible character; text before keeps all.
-            text = text.lstrip() if self._calls else self._blank + text
+            # Text after a call or the reasoning starts at its first visible character; text
+            # before them keeps all of it.
+            text = text.lstrip() if self._after_block else self._blank + text
             self._blank = ""
             self._in_text = True
         events.append(TextDelta(text))

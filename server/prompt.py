@@ -10,8 +10,17 @@ from typing import Any, Protocol, cast
 
 import orjson
 
-from grammars import ModelFamily, ToolFormat
-from server.canonical import GenerateRequest, Message, Text, Tool, ToolCall, ToolResult
+from grammars import ModelFamily, ThinkingFormat, ToolFormat
+from server.canonical import (
+    GenerateRequest,
+    Message,
+    Text,
+    Thinking,
+    ThinkingMode,
+    Tool,
+    ToolCall,
+    ToolResult,
+)
 
 
 class Tokenizer(Protocol):
@@ -42,7 +51,8 @@ class PromptRenderer:
         self.family = family
 
     def render(self, request: GenerateRequest) -> Prompt:
-        """A trailing assistant turn is left open: the answer continues where it ends."""
+        """A trailing assistant turn is left open: the answer continues where it ends. With a
+        reasoning phase, the answer's prompt ends with the family's opening tag."""
         continues = request.continues_answer
         text = self._tokenizer.apply_chat_template(
             self._turns(request),
@@ -50,13 +60,24 @@ class PromptRenderer:
             add_generation_prompt=not continues,
             continue_final_message=continues,
         )
+        thinking = self.thinking_for(request)
+        if thinking is not None:
+            text += thinking.open
         return Prompt(text, self._tokenizer.encode(text, add_special_tokens=False))
+
+    def thinking_for(self, request: GenerateRequest) -> ThinkingFormat | None:
+        """The reasoning format when this answer reasons first (not when it continues a
+        trailing assistant turn: that answer has already begun)."""
+        if request.thinking.mode is ThinkingMode.DISABLED or request.continues_answer:
+            return None
+        return self.family.thinking
 
     def _turns(self, request: GenerateRequest) -> list[dict[str, Any]]:
         tools = self.family.tools
         turns: list[dict[str, Any]] = []
         results: dict[str, Any] | None = None  # the turn tool results are being added to
-        for message in request.messages:
+        current = _current_turn_start(request.messages)
+        for index, message in enumerate(request.messages):
             if message.role == "tool" and tools is not None:
                 text = _results(message, tools)
                 if results is None:
@@ -66,10 +87,27 @@ class PromptRenderer:
                     results["content"] += "\n" + text
             else:
                 results = None
-                turns.append({"role": message.role, "content": _content(message, tools)})
+                content = _content(message, tools)
+                if message.role == "assistant" and index >= current:
+                    content = self._reasoning(message) + content
+                turns.append({"role": message.role, "content": content})
         if request.tools and tools is not None:
             _add_tools(turns, request.tools, tools)
         return turns
+
+    def _reasoning(self, message: Message) -> str:
+        """Reasoning of the current turn goes back with it (a tool loop continues from it)."""
+        thinking = self.family.thinking
+        texts = [part.text for part in message.parts if isinstance(part, Thinking)]
+        return thinking.block("".join(texts)) if thinking and texts else ""
+
+
+def _current_turn_start(messages: tuple[Message, ...]) -> int:
+    """The index after the last user message: the assistant turns of the current exchange."""
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].role == "user":
+            return index + 1
+    return 0
 
 
 def _content(message: Message, tools: ToolFormat | None) -> str:

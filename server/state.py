@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,7 +67,9 @@ class ServerState:
             self.on_start_failed(1)
             return
         family = family_for(tokenizer.chat_template)
-        capabilities = ("chat", "streaming", "json_output") + (("tools",) if family.tools else ())
+        capabilities: tuple[str, ...] = ("chat", "streaming", "json_output")
+        capabilities += ("tools",) if family.tools else ()
+        capabilities += ("thinking",) if family.thinking else ()
         card = ModelCard(
             id=self.source.served_name,
             context_length=engine.limits.context_length,
@@ -76,7 +79,8 @@ class ServerState:
             capabilities=capabilities,
         )
         self.decode_options = self._decode_options(family)
-        self.generation = Generation(engine, PromptRenderer(tokenizer, family), card)
+        renderer = PromptRenderer(tokenizer, family)
+        self.generation = Generation(engine, renderer, card, secrets.token_bytes(32))
         self.on_engine_started()
         log.info("serving %s, ready in %.1f s", card.id, time.monotonic() - started)
 

@@ -11,16 +11,20 @@ from server.canonical.events import (
     Event,
     Finish,
     TextDelta,
+    ThinkingDelta,
+    ThinkingEnd,
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
 )
-from server.canonical.request import Text, ToolCall
+from server.canonical.request import Text, Thinking, ToolCall
+
+Block = Text | Thinking | ToolCall
 
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    content: tuple[Text | ToolCall, ...]  # in the order the model wrote them
+    content: tuple[Block, ...]  # in the order the model wrote them
     finish: Finish
 
     @property
@@ -31,15 +35,26 @@ class Answer:
     def tool_calls(self) -> tuple[ToolCall, ...]:
         return tuple(part for part in self.content if isinstance(part, ToolCall))
 
+    @property
+    def reasoning(self) -> str | None:
+        texts = [part.text for part in self.content if isinstance(part, Thinking)]
+        return "".join(texts) if texts else None
+
 
 async def fold(events: AsyncGenerator[Event, None]) -> Answer:
-    content: list[Text | ToolCall] = []
-    pieces: list[str] = []  # the part being written: text, or a call's arguments
+    content: list[Block] = []
+    pieces: list[str] = []  # the part being written: text, reasoning, or a call's arguments
+    thinking: list[str] = []
     call: ToolCallStart | None = None
     async with aclosing(events):
         async for event in events:
             if isinstance(event, TextDelta):
                 pieces.append(event.text)
+            elif isinstance(event, ThinkingDelta):
+                thinking.append(event.text)
+            elif isinstance(event, ThinkingEnd):
+                content.append(Thinking("".join(thinking), event.signature))
+                thinking.clear()
             elif isinstance(event, ToolCallStart):
                 _flush_text(content, pieces)
                 call = event
@@ -55,7 +70,7 @@ async def fold(events: AsyncGenerator[Event, None]) -> Answer:
     raise RuntimeError("the event stream ended without a finish")
 
 
-def _flush_text(content: list[Text | ToolCall], pieces: list[str]) -> None:
+def _flush_text(content: list[Block], pieces: list[str]) -> None:
     if pieces:
         content.append(Text("".join(pieces)))
         pieces.clear()

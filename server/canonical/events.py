@@ -29,6 +29,20 @@ class TextDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class ThinkingDelta:
+    """A piece of the reasoning, which comes before the answer."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingEnd:
+    """The reasoning is over; the signature is opaque (an HMAC of its text)."""
+
+    signature: str
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallStart:
     """A call opens: its index among the answer's calls, a protocol-neutral id, the tool."""
 
@@ -57,4 +71,6 @@ class Finish:
     stop_sequence: str | None = None  # the matched stop string, with STOP_SEQUENCE
 
 
-Event = TextDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | Finish
+Event = (
+    TextDelta | ThinkingDelta | ThinkingEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | Finish
+)

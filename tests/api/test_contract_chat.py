@@ -369,6 +369,9 @@ ACCEPTED = [
     pytest.param(
         chat_body(chat_template_kwargs={"enable_thinking": False}), id="enable_thinking false"
     ),
+    pytest.param(
+        chat_body(chat_template_kwargs={"enable_thinking": True}), id="enable_thinking true"
+    ),
     pytest.param(chat_body(response_format={"type": "text"}), id="response_format text"),
     pytest.param(chat_body(tool_choice="none", parallel_tool_calls=False), id="tool_choice none"),
     pytest.param(

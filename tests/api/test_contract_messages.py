@@ -457,6 +457,16 @@ ACCEPTED = [
         id="redacted thinking in history",
     ),
     pytest.param(messages_body(thinking={"type": "disabled"}), id="thinking disabled"),
+    pytest.param(
+        messages_body(thinking={"type": "adaptive", "display": "omitted"}), id="thinking.display"
+    ),
+    pytest.param(
+        messages_body(
+            tools=[{**WEATHER_TOOL, "cache_control": {"type": "ephemeral"}, "strict": True}],
+            tool_choice={"type": "auto", "disable_parallel_tool_use": None},
+        ),
+        id="cache_control and strict on tools",
+    ),
     pytest.param(messages_body(tool_choice={"type": "none"}), id="tool_choice none without tools"),
     pytest.param(
         messages_body(

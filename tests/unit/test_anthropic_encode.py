@@ -8,6 +8,9 @@ from server.canonical import (
     FinishReason,
     Text,
     TextDelta,
+    Thinking,
+    ThinkingDelta,
+    ThinkingEnd,
     ToolCall,
     ToolCallDelta,
     ToolCallEnd,
@@ -144,3 +147,35 @@ def test_message_body_holds_tool_use_with_parsed_input() -> None:
 def test_a_call_cut_short_has_an_empty_input() -> None:
     answer = Answer((ToolCall("abc", "f", '{"ci'),), Finish(FinishReason.MAX_TOKENS, Usage(7, 9)))
     assert message_body(answer, context())["content"][0]["input"] == {}
+
+
+def test_thinking_block_streams_deltas_then_its_signature() -> None:
+    stream = MessageStream(context())
+    raw = b"".join(
+        stream.encode(e)
+        for e in (
+            ThinkingDelta("Hm"),
+            ThinkingEnd("sig"),
+            TextDelta("No."),
+            Finish(FinishReason.END_TURN, Usage(7, 9)),
+        )
+    )
+    events = parse_sse(raw)
+    assert events[0][1]["content_block"] == {"type": "thinking", "thinking": "", "signature": ""}
+    assert [e[1]["delta"] for e in events[1:3]] == [
+        {"type": "thinking_delta", "thinking": "Hm"},
+        {"type": "signature_delta", "signature": "sig"},
+    ]
+    assert events[3][0] == "content_block_stop"
+    assert events[4][1]["content_block"]["type"] == "text"
+
+
+def test_message_body_holds_the_signed_thinking_block() -> None:
+    answer = Answer(
+        (Thinking("Hm", "sig"), Text("No.")), Finish(FinishReason.END_TURN, Usage(7, 9))
+    )
+    assert message_body(answer, context())["content"][0] == {
+        "type": "thinking",
+        "thinking": "Hm",
+        "signature": "sig",
+    }

@@ -13,6 +13,8 @@ from server.canonical import (
     Message,
     ResponseFormat,
     Text,
+    ThinkingConfig,
+    ThinkingMode,
     Tool,
     ToolChoice,
     ToolChoiceKind,
@@ -104,3 +106,34 @@ def test_a_rejected_grammar_names_the_schema_xgrammar_refuses() -> None:
     error = explain(request(tools=(*TOOLS, bad)), ConstraintRejected("Cannot find field $defs"))
     assert error.param == "tools.2.input_schema"
     assert error.message.startswith("tools.2.input_schema: this JSON Schema cannot be compiled")
+
+
+def test_reasoning_comes_first_with_its_budget_then_the_answer() -> None:
+    thinking = CHATML.thinking
+    assert thinking is not None
+    budgeted = request(
+        thinking=ThinkingConfig(ThinkingMode.ENABLED, 1024),
+        response_format=ResponseFormat("json_schema", SCHEMA),
+    )
+    constraint = constraint_for(budgeted, CHATML, thinking)
+    assert constraint is not None
+    form = json.loads(constraint.value)["format"]
+    assert form["type"] == "sequence"
+    reasoning, answer = form["elements"]
+    tag, after = reasoning["elements"]
+    assert (tag["begin"], tag["end"]) == ("", "</think>")  # the prompt opened it
+    assert tag["content"]["max_tokens"] == 1024
+    assert after == {"type": "const_string", "value": "\n\n"}
+    assert answer["json_schema"] == SCHEMA
+
+
+def test_adaptive_reasoning_has_no_budget_and_free_text_follows() -> None:
+    thinking = CHATML.thinking
+    assert thinking is not None
+    constraint = constraint_for(
+        request(thinking=ThinkingConfig(ThinkingMode.ADAPTIVE)), CHATML, thinking
+    )
+    assert constraint is not None
+    reasoning, answer = json.loads(constraint.value)["format"]["elements"]
+    assert "max_tokens" not in reasoning["elements"][0]["content"]
+    assert answer == {"type": "any_text"}

@@ -8,6 +8,9 @@ from server.canonical import (
     FinishReason,
     Text,
     TextDelta,
+    Thinking,
+    ThinkingDelta,
+    ThinkingEnd,
     ToolCall,
     ToolCallDelta,
     ToolCallEnd,
@@ -123,3 +126,19 @@ def test_completion_with_calls_only_has_null_content() -> None:
     assert message["tool_calls"] == [
         {"id": "call_abc", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     ]
+
+
+def test_reasoning_content_streams_and_folds() -> None:
+    stream = ChunkStream(context(), include_usage=False)
+    raw = (
+        stream.encode(ThinkingDelta("Hm"))
+        + stream.encode(ThinkingEnd("sig"))
+        + stream.encode(TextDelta("No."))
+    )
+    deltas = [d["choices"][0]["delta"] for _, d in parse_sse(raw)]
+    assert deltas == [{"role": "assistant", "reasoning_content": "Hm"}, {"content": "No."}]
+    answer = Answer(
+        (Thinking("Hm", "sig"), Text("No.")), Finish(FinishReason.END_TURN, Usage(7, 9))
+    )
+    message = completion_body(answer, context())["choices"][0]["message"]
+    assert (message["reasoning_content"], message["content"]) == ("Hm", "No.")

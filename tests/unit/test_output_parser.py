@@ -8,7 +8,15 @@ import json
 import pytest
 
 from grammars import families
-from server.canonical import Event, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from server.canonical import (
+    Event,
+    TextDelta,
+    ThinkingDelta,
+    ThinkingEnd,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
 from server.output_parser import OutputParser
 
 CHATML = families()[0].tools
@@ -36,6 +44,8 @@ def merged(events: list[Event]) -> list[object]:
     for event in events:
         if isinstance(event, TextDelta) and out and isinstance(out[-1], TextDelta):
             out[-1] = TextDelta(out[-1].text + event.text)
+        elif isinstance(event, ThinkingDelta) and out and isinstance(out[-1], ThinkingDelta):
+            out[-1] = ThinkingDelta(out[-1].text + event.text)
         elif isinstance(event, ToolCallDelta) and out and isinstance(out[-1], ToolCallDelta):
             out[-1] = ToolCallDelta(event.index, out[-1].arguments + event.arguments)
         else:
@@ -99,3 +109,38 @@ def test_a_call_cut_short_still_closes() -> None:
 def test_text_after_a_call_starts_at_its_first_visible_character() -> None:
     events = merged(parse(call("f", "{}") + "\n\nDone.", 3))
     assert events[-1] == TextDelta("Done.")
+
+
+THINKING = families()[0].thinking
+
+
+def think(text: str, pieces: int | None = None, tools: bool = False) -> list[Event]:
+    counter = itertools.count()
+    parser = OutputParser(
+        CHATML if tools else None, lambda: f"id{next(counter)}", THINKING, lambda t: f"sig({t})"
+    )
+    size = pieces or len(text) or 1
+    events: list[Event] = []
+    for start in range(0, len(text), size):
+        events += parser.feed(text[start : start + size])
+    return merged(events + parser.finish())
+
+
+@pytest.mark.parametrize("pieces", [1, 2, 5, None])
+def test_the_answer_opens_inside_its_reasoning(pieces: int | None) -> None:
+    assert think("Let me see.</think>\n\nNo: 17 x 23.", pieces) == [
+        ThinkingDelta("Let me see."),
+        ThinkingEnd("sig(Let me see.)"),
+        TextDelta("No: 17 x 23."),
+    ]
+
+
+def test_reasoning_cut_short_still_ends_signed() -> None:
+    assert think("Let me", 2) == [ThinkingDelta("Let me"), ThinkingEnd("sig(Let me)")]
+
+
+def test_a_call_after_the_reasoning() -> None:
+    events = think("Use the tool.</think>\n\n" + call("f", '{"a": 1}'), 3, tools=True)
+    assert [type(e).__name__ for e in events] == [
+        "ThinkingDelta", "ThinkingEnd", "ToolCallStart", "ToolCallDelta", "ToolCallEnd"
+    ]  # fmt: skip

@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 
 from grammars import family_for
-from server.canonical import GenerateRequest, Message, Text, Tool, ToolCall, ToolResult
+from server.canonical import (
+    GenerateRequest,
+    Message,
+    Text,
+    Thinking,
+    ThinkingConfig,
+    ThinkingMode,
+    Tool,
+    ToolCall,
+    ToolResult,
+)
 from server.config import default_cache_dir
 from server.models.embedded import ensure_converted
 from server.prompt import PromptRenderer, load_tokenizer
@@ -78,3 +88,22 @@ def test_tool_calls_and_results_render_in_the_family_format(renderer: PromptRend
         "<tool_response>\n3C\n</tool_response>\n<tool_response>\nError: boom\n</tool_response>"
     )
     assert f"<|im_start|>user\n{results}<|im_end|>" in text
+
+
+def test_reasoning_opens_the_answer_and_goes_back_for_the_current_turn(
+    renderer: PromptRenderer,
+) -> None:
+    messages = (
+        Message("user", (Text("Hi"),)),
+        Message("assistant", (Thinking("earlier"), Text("Hello"))),
+        Message("user", (Text("Weather?"),)),
+        Message("assistant", (Thinking("use the tool"), ToolCall("x", "get_weather", "{}"))),
+        Message("tool", (ToolResult("x", (Text("3C"),)),)),
+    )
+    request = GenerateRequest(
+        "m", messages, tools=(WEATHER,), thinking=ThinkingConfig(ThinkingMode.ADAPTIVE)
+    )
+    text = renderer.render(request).text
+    assert "earlier" not in text
+    assert "<|im_start|>assistant\n<think>\nuse the tool\n</think>\n\n<tool_call>" in text
+    assert text.endswith("<|im_start|>assistant\n<think>\n")

@@ -14,6 +14,9 @@ from server.canonical import (
     FinishReason,
     Text,
     TextDelta,
+    Thinking,
+    ThinkingDelta,
+    ThinkingEnd,
     ToolCall,
     ToolCallDelta,
     ToolCallEnd,
@@ -59,9 +62,11 @@ def message_body(answer: Answer, context: ResponseContext) -> dict[str, Any]:
     }
 
 
-def _block(part: Text | ToolCall) -> dict[str, Any]:
+def _block(part: Text | Thinking | ToolCall) -> dict[str, Any]:
     if isinstance(part, Text):
         return {"type": "text", "text": part.text}
+    if isinstance(part, Thinking):
+        return {"type": "thinking", "thinking": part.text, "signature": part.signature or ""}
     return {
         "type": "tool_use",
         "id": TOOL_USE_PREFIX + part.id,
@@ -114,6 +119,16 @@ class MessageStream:
         if isinstance(event, TextDelta):
             opened = b"" if self._open == "text" else self._start({"type": "text", "text": ""})
             return opened + self._delta({"type": "text_delta", "text": event.text})
+        if isinstance(event, ThinkingDelta):
+            block = {"type": "thinking", "thinking": "", "signature": ""}
+            opened = b"" if self._open == "thinking" else self._start(block)
+            return opened + self._delta({"type": "thinking_delta", "thinking": event.text})
+        if isinstance(event, ThinkingEnd):
+            # The signature comes last, before the block stops (an empty reasoning still has one).
+            block = {"type": "thinking", "thinking": "", "signature": ""}
+            opened = b"" if self._open == "thinking" else self._start(block)
+            signed = self._delta({"type": "signature_delta", "signature": event.signature})
+            return opened + signed + self._stop()
         if isinstance(event, ToolCallStart):
             block = {"type": "tool_use", "id": TOOL_USE_PREFIX + event.id, "name": event.name}
             return self._start({**block, "input": {}})
@@ -121,7 +136,9 @@ class MessageStream:
             return self._delta({"type": "input_json_delta", "partial_json": event.arguments})
         if isinstance(event, ToolCallEnd):
             return self._stop()
-        return self._finish(event)
+        if isinstance(event, Finish):
+            return self._finish(event)
+        raise TypeError(f"not an event: {event!r}")
 
     def _start(self, block: dict[str, Any]) -> bytes:
         stopped = self._stop()

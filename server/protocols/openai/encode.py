@@ -11,6 +11,7 @@ from server.canonical import (
     Finish,
     FinishReason,
     TextDelta,
+    ThinkingDelta,
     ToolCall,
     ToolCallDelta,
     ToolCallStart,
@@ -59,6 +60,8 @@ def completion_body(answer: Answer, context: ResponseContext) -> dict[str, Any]:
     }
     if calls:
         message["tool_calls"] = [_call(call) for call in calls]
+    if answer.reasoning is not None:
+        message["reasoning_content"] = answer.reasoning
     return {
         "id": completion_id(context.request_id),
         "object": "chat.completion",
@@ -123,6 +126,8 @@ class ChunkStream:
     def encode(self, event: Event) -> bytes:
         if isinstance(event, TextDelta):
             return sse.event(self._chunk({**self._role(), "content": event.text}))
+        if isinstance(event, ThinkingDelta):
+            return sse.event(self._chunk({**self._role(), "reasoning_content": event.text}))
         if isinstance(event, ToolCallStart):
             function = {"name": event.name, "arguments": ""}
             call = {"index": event.index, "id": CALL_PREFIX + event.id, "type": "function"}
@@ -133,7 +138,7 @@ class ChunkStream:
             return sse.event(self._chunk({"tool_calls": [call]}))
         if isinstance(event, Finish):
             return self._finish(event)
-        return b""  # a call's end: the next chunk says all
+        return b""  # a call's or the reasoning's end: the next chunk says all
 
     def _finish(self, finish: Finish) -> bytes:
         out = b""
