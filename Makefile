@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml requirements/sglang-cpu.txt requirements/constraints.tx
 	$(PIP) install -q $(PIN) -r requirements/sglang-cpu.txt >$(VENV)/install.log 2>&1 \
 		|| { cat $(VENV)/install.log; exit 1; }
 	@echo "==> b3os-infer (editable) with its test tools"
-	$(PIP) install -q $(PIN) -e '.[test]' >$(VENV)/install.log 2>&1 \
+	$(PIP) install -q $(PIN) -e '.[test,bench]' >$(VENV)/install.log 2>&1 \
 		|| { cat $(VENV)/install.log; exit 1; }
 	@$(BIN)/python -c "from server.torch_compat import ensure_torchvision_loadable as fix; fix(); \
 		import sglang, xgrammar, transformers, quart, hypercorn, anthropic, openai" \

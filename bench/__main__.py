@@ -1,5 +1,9 @@
-"""`python -m bench [SCENARIO ...] [--out DIR] [--quick] [--base-url URL]`: runs the scenarios
-against a server it starts (or the one at --base-url) and writes results.md and results.json."""
+"""python -m bench [SCENARIO ...] [--out DIR] [--quick] [--base-url URL] [--compare-url URL]
+
+Runs the scenarios (all by default) against a server it starts (the embedded model on this
+machine), or the one at --base-url, and writes results.md, results.json and results.png to a
+new folder under --out. --compare-url runs the latency sweep against another server too (its
+OpenAI base URL, e.g. SGLang's own at http://host:30000/v1) and reports the ratios."""
 
 from __future__ import annotations
 
@@ -8,45 +12,57 @@ import importlib
 import platform
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from bench.config import Config
+from bench.plots import plot
 from bench.report import markdown, write
-from bench.target import target
+from bench.run import Run
+from bench.target import from_url, started
 
-SCENARIOS = ("constraints",)
+SCENARIOS = ("latency", "phases", "prefix", "constraints", "overhead")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument(
-        "scenarios", nargs="*", help=f"some of: {', '.join(SCENARIOS)} (default all)"
-    )
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[1])
+    parser.add_argument("scenarios", nargs="*", help=f"any of {', '.join(SCENARIOS)} (default all)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"), help="results folder")
-    parser.add_argument("--quick", action="store_true", help="fewer samples per case")
-    parser.add_argument("--base-url", help="measure the server at this URL instead of starting one")
+    parser.add_argument("--quick", action="store_true", help="every scenario, reduced: < 3 min")
+    parser.add_argument("--base-url", help="measure the server at this URL (…/v1/infer)")
+    parser.add_argument("--compare-url", help="another server's OpenAI base URL, side by side")
     args = parser.parse_args(argv)
     unknown = set(args.scenarios) - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenarios {sorted(unknown)}: choose from {', '.join(SCENARIOS)}")
-    config = Config.make(args.quick)
-    run = args.out / time.strftime("%Y%m%d-%H%M%S")
-    run.mkdir(parents=True, exist_ok=True)
-    rows = []
-    with target(args.base_url, run / "server.log") as server:
+    folder = args.out / time.strftime("%Y%m%d-%H%M%S")
+    folder.mkdir(parents=True, exist_ok=True)
+    started_at = time.monotonic()
+    with ExitStack() as stack:
+        if args.base_url:
+            ours = from_url("this server", args.base_url)
+        else:
+            ours = stack.enter_context(started("this server", folder / "server.log"))
+        compare = from_url("compared", args.compare_url) if args.compare_url else None
+        run = Run(Config.make(args.quick), folder, ours, compare, local=not args.base_url)
+        rows, notes = [], {}
         for name in args.scenarios or SCENARIOS:
-            print(f"running {name}", file=sys.stderr)
-            module = importlib.import_module(f"bench.scenarios.{name}")
-            rows += module.run(server, config)
+            print(f"running {name} ({time.monotonic() - started_at:.0f} s)", file=sys.stderr)
+            scenario = importlib.import_module(f"bench.scenarios.{name}")
+            rows += scenario.run(run)
+            notes[scenario.NAME] = scenario.NOTE
     meta = {
         "quick": args.quick,
-        "target": server.origin,
-        "model": server.model,
+        "target": ours.openai_base,
+        "model": ours.model,
+        "compared": compare.openai_base if compare else None,
         "machine": platform.platform(),
+        "seconds": round(time.monotonic() - started_at, 1),
     }
-    table = write(rows, run, meta)
-    print(markdown(rows))
-    print(f"written to {table.parent}", file=sys.stderr)
+    table = write(rows, folder, meta, notes)
+    plot(rows, folder / "results.png")
+    print(markdown(rows, notes))
+    print(f"written to {table.parent} in {meta['seconds']} s", file=sys.stderr)
     return 0
 
 

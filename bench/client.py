@@ -1,8 +1,10 @@
-"""One streamed request, timed from the client: time to first token, inter-token gaps, end to
-end, output tokens, and the server's own Server-Timing phases."""
+"""Streamed requests timed from the client: time to first token, the gaps between streamed
+events, end to end, output tokens, and (on this server) its Server-Timing phases and request log
+entry. A load runs many at a given concurrency."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,7 +12,7 @@ from typing import Any
 import httpx
 import orjson
 
-PATHS = {"messages": "/v1/infer/v1/messages", "chat": "/v1/infer/chat/completions"}
+from bench.target import Target
 
 
 @dataclass
@@ -18,17 +20,31 @@ class Sample:
     ttft_ms: float
     e2e_ms: float
     output_tokens: int
-    gaps_ms: list[float] = field(default_factory=list)  # between streamed events after the first
-    server: dict[str, float] = field(default_factory=dict)  # Server-Timing phases, and b3os ones
+    events: int
+    gaps_ms: list[float] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)  # Server-Timing, then b3os.timing
+    request_id: str | None = None
 
     @property
     def tokens_per_s(self) -> float | None:
         decode_ms = self.e2e_ms - self.ttft_ms
-        return (
-            (self.output_tokens - 1) / decode_ms * 1000
-            if self.output_tokens > 1 and decode_ms > 0
-            else None
-        )
+        if self.output_tokens < 2 or decode_ms <= 0:
+            return None
+        return (self.output_tokens - 1) / decode_ms * 1000
+
+
+@dataclass
+class Load:
+    samples: list[Sample]
+    wall_s: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return sum(s.output_tokens for s in self.samples) / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def events_per_s(self) -> float:
+        return sum(s.events for s in self.samples) / self.wall_s if self.wall_s else 0.0
 
 
 def server_timing(header: str) -> dict[str, float]:
@@ -40,29 +56,64 @@ def server_timing(header: str) -> dict[str, float]:
     return phases
 
 
-def stream(client: httpx.Client, protocol: str, body: dict[str, Any]) -> Sample:
+def client(http2: bool = False, connections: int = 100) -> httpx.AsyncClient:
+    """HTTP/2 is cleartext with prior knowledge, as the server takes it."""
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    return httpx.AsyncClient(http1=not http2, http2=http2, timeout=600, limits=limits)
+
+
+async def stream(
+    http: httpx.AsyncClient, target: Target, protocol: str, body: dict[str, Any]
+) -> Sample:
     started = time.perf_counter()
     first = last = None
     gaps: list[float] = []
-    usage_tokens = 0
-    with client.stream("POST", PATHS[protocol], json={**body, "stream": True}) as response:
-        response.raise_for_status()
+    tokens = events = 0
+    extension: dict[str, Any] = {}
+    async with http.stream("POST", target.url(protocol), json={**body, "stream": True}) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"{response.status_code}: {(await response.aread())[:300]!r}")
         phases = server_timing(response.headers.get("server-timing", ""))
-        for line in response.iter_lines():
+        request_id = response.headers.get("x-request-id")
+        async for line in response.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             now = time.perf_counter()
             data = orjson.loads(line[6:])
             if _is_token_event(protocol, data):
+                events += 1
                 if first is None:
                     first = now
-                elif last is not None:
-                    gaps.append((now - last) * 1000)
+                else:
+                    gaps.append((now - (last or now)) * 1000)
                 last = now
-            usage_tokens = _output_tokens(protocol, data) or usage_tokens
+            tokens = _output_tokens(protocol, data) or tokens
+            extension = data.get("b3os") or extension
     ended = time.perf_counter()
+    for name, value in (extension.get("timing") or {}).items():
+        phases[f"b3os.{name}"] = value
     ttft = ((first or ended) - started) * 1000
-    return Sample(ttft, (ended - started) * 1000, usage_tokens, gaps, phases)
+    return Sample(ttft, (ended - started) * 1000, tokens, events, gaps, phases, request_id)
+
+
+async def load(
+    target: Target,
+    protocol: str,
+    bodies: list[dict[str, Any]],
+    concurrency: int,
+    http2: bool = False,
+) -> Load:
+    """All bodies, at most `concurrency` in flight."""
+    gate = asyncio.Semaphore(concurrency)
+    async with client(http2, connections=concurrency) as http:
+
+        async def one(body: dict[str, Any]) -> Sample:
+            async with gate:
+                return await stream(http, target, protocol, body)
+
+        started = time.perf_counter()
+        samples = await asyncio.gather(*(one(body) for body in bodies))
+        return Load(list(samples), time.perf_counter() - started)
 
 
 def _is_token_event(protocol: str, data: dict[str, Any]) -> bool:
@@ -70,15 +121,13 @@ def _is_token_event(protocol: str, data: dict[str, Any]) -> bool:
         return bool(data.get("type") == "content_block_delta")
     choices = data.get("choices") or []
     delta = choices[0].get("delta", {}) if choices else {}
-    return bool(delta.get("content") or delta.get("tool_calls"))
+    return bool(delta.get("content") or delta.get("tool_calls") or delta.get("reasoning_content"))
 
 
 def _output_tokens(protocol: str, data: dict[str, Any]) -> int | None:
     if protocol == "messages":
-        return (
-            (data.get("usage") or {}).get("output_tokens")
-            if data.get("type") == "message_delta"
-            else None
-        )
+        if data.get("type") == "message_delta":
+            return int((data.get("usage") or {}).get("output_tokens") or 0)
+        return None
     usage = data.get("usage")
-    return usage.get("completion_tokens") if usage else None
+    return int(usage.get("completion_tokens") or 0) if usage else None

@@ -1,4 +1,5 @@
-"""How big a run is: `--quick` for a reduced pass of every scenario."""
+"""How big a run is. `--quick` runs every scenario with fewer samples and lower concurrency
+(under 3 minutes on a 2-core CPU); the full run stays under 10."""
 
 from __future__ import annotations
 
@@ -7,9 +8,14 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Config:
-    repeats: int  # samples per case
     quick: bool
+    repeats: int  # samples per case, where cases are sequential
+    concurrency: tuple[int, ...]
+    min_requests: int  # per concurrency level (at least the level itself)
+    max_tokens: int  # per answer in the latency sweep
 
     @classmethod
     def make(cls, quick: bool) -> Config:
-        return cls(repeats=3 if quick else 10, quick=quick)
+        if quick:
+            return cls(quick, repeats=3, concurrency=(1, 4, 16), min_requests=4, max_tokens=16)
+        return cls(quick, repeats=8, concurrency=(1, 4, 16, 64), min_requests=8, max_tokens=32)

@@ -1,26 +1,11 @@
-"""Rows of results -> a markdown table and a JSON file in the run's folder."""
+"""Rows of results -> results.md (a table per scenario) and results.json in the run's folder."""
 
 from __future__ import annotations
 
 import json
-import statistics
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100); None for no values."""
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    rank = max(1, round(q / 100 * len(ordered) + 0.5 - 1e-9))
-    return ordered[min(rank, len(ordered)) - 1]
-
-
-def median(values: Sequence[float]) -> float | None:
-    return statistics.median(values) if values else None
 
 
 @dataclass
@@ -38,12 +23,14 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def markdown(rows: list[Row]) -> str:
+def markdown(rows: list[Row], notes: dict[str, str] | None = None) -> str:
     out = []
     for scenario in dict.fromkeys(row.scenario for row in rows):
         group = [row for row in rows if row.scenario == scenario]
         columns = list(dict.fromkeys(key for row in group for key in row.values))
         out.append(f"### {scenario}\n")
+        if notes and scenario in notes:
+            out.append(notes[scenario] + "\n")
         out.append("| case | " + " | ".join(columns) + " |")
         out.append("|---|" + "---|" * len(columns))
         for row in group:
@@ -53,11 +40,10 @@ def markdown(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
-def write(rows: list[Row], folder: Path, meta: dict[str, Any]) -> Path:
+def write(rows: list[Row], folder: Path, meta: dict[str, Any], notes: dict[str, str]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "results.json").write_text(
-        json.dumps({"meta": meta, "rows": [asdict(row) for row in rows]}, indent=2)
-    )
+    document = {"meta": meta, "notes": notes, "rows": [asdict(row) for row in rows]}
+    (folder / "results.json").write_text(json.dumps(document, indent=2))
     table = folder / "results.md"
-    table.write_text(markdown(rows))
+    table.write_text(markdown(rows, notes))
     return table

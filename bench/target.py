@@ -1,5 +1,7 @@
-"""What the bench measures: a server it starts itself (the embedded model, on a free port), or
-one already running at a base URL."""
+"""What the bench measures: servers it starts itself (the embedded model, or the model-free
+replay engine, on free ports), or one already running. A target knows where each protocol lives:
+this server has both under /v1/infer; another server (SGLang's own) under its OpenAI base
+(`http://host:30000/v1`) and its root for Anthropic's `/v1/messages`."""
 
 from __future__ import annotations
 
@@ -21,12 +23,33 @@ STARTUP_TIMEOUT_S = 600.0
 
 @dataclass(frozen=True)
 class Target:
-    origin: str  # http://host:port
+    name: str
+    openai_base: str  # what the OpenAI SDK takes: + /chat/completions
+    anthropic_base: str  # what the Anthropic SDK takes: + /v1/messages
     model: str
+    ours: bool = True  # Server-Timing, b3os and /v1/requests are this server's
+
+    def url(self, protocol: str) -> str:
+        if protocol == "chat":
+            return f"{self.openai_base}/chat/completions"
+        return f"{self.anthropic_base}/v1/messages"
 
     @property
-    def base_url(self) -> str:
-        return f"{self.origin}/v1/infer"
+    def origin(self) -> str:
+        return self.openai_base.split("/v1", 1)[0]
+
+
+def from_url(name: str, base_url: str) -> Target:
+    """A running server: this one (`.../v1/infer`), or another at its OpenAI base URL."""
+    base = base_url.rstrip("/")
+    if base.endswith("/v1/infer"):
+        return Target(name, base, base, _model(base))
+    root = base.removesuffix("/v1")
+    return Target(name, f"{root}/v1", root, _model(f"{root}/v1"), ours=False)
+
+
+def _model(openai_base: str) -> str:
+    return str(httpx.get(f"{openai_base}/models", timeout=30).json()["data"][0]["id"])
 
 
 def _free_port() -> int:
@@ -35,17 +58,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _model(origin: str) -> str:
-    return str(httpx.get(f"{origin}/v1/infer/models", timeout=30).json()["data"][0]["id"])
-
-
 @contextmanager
-def target(base_url: str | None, log: Path, *args: str) -> Iterator[Target]:
-    """The server at `base_url` (its origin, or .../v1/infer), or one started for the run."""
-    if base_url:
-        origin = base_url.removesuffix("/").removesuffix("/v1/infer")
-        yield Target(origin, _model(origin))
-        return
+def started(name: str, log: Path, *args: str) -> Iterator[Target]:
+    """A server of this project started for the run, stopped after it."""
     port = _free_port()
     command = [sys.executable, "-m", "server", "serve", "--port", str(port), *args]
     with log.open("wb") as out:
@@ -53,7 +68,7 @@ def target(base_url: str | None, log: Path, *args: str) -> Iterator[Target]:
     origin = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(origin, process, log)
-        yield Target(origin, _model(origin))
+        yield from_url(name, f"{origin}/v1/infer")
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)

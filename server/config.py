@@ -61,7 +61,7 @@ class _Option:
 _OPTIONS = (
     _Option("host", "address to bind (default 127.0.0.1; 0.0.0.0 for every interface)"),
     _Option("port", f"port to bind (default {DEFAULT_PORT})", int),
-    _Option("engine", "model runtime: sglang (in-process)"),
+    _Option("engine", "model runtime: sglang (in-process), or replay (no model: a bench tool)"),
     _Option("device", "cuda or cpu (default: cuda where a GPU is present, else cpu)"),
     _Option("model", "HF model folder or id (default: the embedded SmolLM2-135M-Instruct)"),
     _Option("served_model_name", "model id clients send and /v1/infer/models lists"),

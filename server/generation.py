@@ -143,6 +143,8 @@ class Generation:
                         yield event
                     if output.finish is not None:
                         timing.record("model", submitted)
+                        if output.finish.queue_ms is not None:
+                            timing.phases["queue"] = output.finish.queue_ms
                         for event in parser.finish():
                             yield event
                         finish = _finish(output.finish, parser.num_calls)

@@ -4,18 +4,29 @@ one, which SGLang's xgrammar backend has cached."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
-import httpx
+from bench import prompts
+from bench.client import Sample, client, stream
+from bench.report import Row
+from bench.run import Run
+from bench.stats import percentile
 
-from bench.client import Sample, stream
-from bench.config import Config
-from bench.report import Row, median
-from bench.target import Target
-
-PROMPT = [{"role": "user", "content": "What is the weather in Eugene, Oregon? Use the tool."}]
-MAX_TOKENS = 48
+NAME = "constrained decoding"
+NOTE = (
+    "Chat, streamed, greedy, max_tokens 48. The first event of a tool call is its start, which "
+    "needs the call's header written: compare server ttft for the grammar's own cost."
+)
+QUESTION = "What is the weather in Eugene, Oregon? Use the tool."
+CASES = (
+    "free text",
+    "tool call, grammar warm",
+    "tool call, grammar cold",
+    "JSON schema, grammar warm",
+    "JSON schema, grammar cold",
+)
 
 
 def _schema(fresh: bool) -> dict[str, Any]:
@@ -29,12 +40,7 @@ def _schema(fresh: bool) -> dict[str, Any]:
 
 
 def _body(model: str, case: str) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": model,
-        "max_tokens": MAX_TOKENS,
-        "temperature": 0,
-        "messages": PROMPT,
-    }
+    body = prompts.body("chat", model, QUESTION, 48)
     fresh = case.endswith("cold")
     if case.startswith("tool call"):
         tool = {
@@ -45,37 +51,33 @@ def _body(model: str, case: str) -> dict[str, Any]:
     elif case.startswith("JSON schema"):
         spec = {"name": "weather", "schema": _schema(fresh)}
         body["response_format"] = {"type": "json_schema", "json_schema": spec}
-    return {**body, "stream_options": {"include_usage": True}}
+    return body
 
 
-CASES = [
-    "free text",
-    "tool call, grammar warm",
-    "tool call, grammar cold",
-    "JSON schema, grammar warm",
-    "JSON schema, grammar cold",
-]
-
-
-def run(target: Target, config: Config) -> list[Row]:
-    rows = []
-    with httpx.Client(base_url=target.origin, timeout=300) as client:
-        stream(client, "chat", _body(target.model, "tool call, grammar warm"))  # compile once
+async def _measure(run: Run) -> dict[str, list[Sample]]:
+    target = run.ours
+    results: dict[str, list[Sample]] = {}
+    async with client() as http:
+        await stream(http, target, "chat", _body(target.model, "tool call, grammar warm"))
+        await stream(http, target, "chat", _body(target.model, "JSON schema, grammar warm"))
         for case in CASES:
-            samples = [
-                stream(client, "chat", _body(target.model, case)) for _ in range(config.repeats)
+            results[case] = [
+                await stream(http, target, "chat", _body(target.model, case))
+                for _ in range(run.config.repeats)
             ]
-            rows.append(Row("constrained decoding", case, _summary(samples)))
+    return results
+
+
+def run(run: Run) -> list[Row]:
+    rows = []
+    for case, samples in asyncio.run(_measure(run)).items():
+        rates = [s.tokens_per_s for s in samples if s.tokens_per_s]
+        values = {
+            "n": len(samples),
+            "TTFT p50 ms": percentile([s.ttft_ms for s in samples], 50),
+            "server ttft p50 ms": percentile([s.phases.get("ttft", 0.0) for s in samples], 50),
+            "tok/s p50": percentile(rates, 50),
+            "output tokens p50": percentile([float(s.output_tokens) for s in samples], 50),
+        }
+        rows.append(Row(NAME, case, values))
     return rows
-
-
-def _summary(samples: list[Sample]) -> dict[str, Any]:
-    rates = [s.tokens_per_s for s in samples if s.tokens_per_s]
-    return {
-        "n": len(samples),
-        "TTFT p50 ms": median([s.ttft_ms for s in samples]),
-        "server ttft p50 ms": median([s.server.get("ttft", 0.0) for s in samples]),
-        "grammar build p50 ms": median([s.server.get("grammar", 0.0) for s in samples]),
-        "tokens/s p50": median(rates),
-        "output tokens p50": median([float(s.output_tokens) for s in samples]),
-    }

@@ -52,6 +52,7 @@ class EngineFinish:
     completion_tokens: int
     cached_tokens: int = 0
     matched: str | None = None  # the stop string, with STOP_STRING
+    queue_ms: float | None = None  # waiting in the runtime's queue, where it reports that
 
 
 @dataclass(frozen=True, slots=True)

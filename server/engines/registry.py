@@ -15,7 +15,16 @@ def _sglang(settings: Settings, source: ModelSource) -> Engine:
     return SGLangEngine(settings, source)
 
 
-ENGINES: dict[str, Callable[[Settings, ModelSource], Engine]] = {"sglang": _sglang}
+def _replay(settings: Settings, source: ModelSource) -> Engine:
+    from server.engines.replay import ReplayEngine
+
+    return ReplayEngine(settings, source)
+
+
+ENGINES: dict[str, Callable[[Settings, ModelSource], Engine]] = {
+    "sglang": _sglang,
+    "replay": _replay,  # no model: measures the front end's own cost (python -m bench overhead)
+}
 
 
 def create_engine(settings: Settings, source: ModelSource) -> Engine:

@@ -36,6 +36,9 @@ def server_args(settings: Settings, source: ModelSource) -> dict[str, Any]:
         # An idle scheduler otherwise spins a core at 100% (measured on CPU; SGLang says the same
         # of GPUs): it waits on its sockets instead, and wakes the moment a request arrives.
         "sleep_on_idle": True,
+        # Per-request timings in its outputs (queue time: the request log's `queue` phase), and
+        # its Prometheus metrics.
+        "enable_metrics": True,
         # SGLang logs every batch at info; ours says what a request did.
         "log_level": "info" if settings.log_level == "debug" else "warning",
     }

@@ -6,27 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from server.config import Settings
-from server.engines.base import (
-    EngineFinish,
-    EngineLimits,
-    EngineOutput,
-    EngineRequest,
-    StopKind,
-)
+from server.engines.base import EngineLimits, EngineOutput, EngineRequest
 from server.engines.sglang import cpu_compat
 from server.engines.sglang.args import server_args, to_sampling_params
-from server.errors import (
-    BackendUnavailable,
-    ConstraintRejected,
-    ContextLengthExceeded,
-    InferError,
-    InvalidRequest,
-)
+from server.engines.sglang.outputs import finish_of, limits
+from server.errors import BackendUnavailable, ContextLengthExceeded, InvalidRequest
 from server.models.source import ModelSource
 
 log = logging.getLogger(__name__)
@@ -81,7 +69,9 @@ class SGLangEngine:
         # main thread this also adds SGLang's SIGTERM and SIGQUIT handlers to the loop: the
         # server puts its own SIGTERM handler back after start() (see server.serve).
         tokenizer_manager.auto_create_handle_loop()
-        self._limits = _limits(tokenizer_manager)
+        self._limits = limits(
+            int(tokenizer_manager.context_len), int(tokenizer_manager.max_req_input_len)
+        )
         self._engine = engine
         log.info(
             "SGLang ready: context %d tokens, prompts up to %d",
@@ -107,7 +97,7 @@ class SGLangEngine:
         try:
             async for chunk in _mapped_errors(stream):
                 meta = chunk["meta_info"]
-                finish = _finish(meta, request)
+                finish = finish_of(meta, request)
                 finished = finish is not None
                 yield EngineOutput(chunk.get("text") or "", meta["completion_tokens"], finish)
                 if finished:
@@ -117,22 +107,6 @@ class SGLangEngine:
             await stream.aclose()
             if not finished:
                 log.debug("aborted %s", request.request_id)
-
-
-def _compiler_reason(message: str) -> str:
-    """xgrammar's reason without its source location: 'Failed to compile structural_tag
-    grammar: [23:19:19] /project/cpp/x.cc:4181: Cannot find field' -> 'Cannot find field'."""
-    reason = message.split("grammar:", 1)[-1]
-    return re.sub(r"\[[\d:]+\]\s*\S+:\d+:\s*", "", reason).strip()
-
-
-def _limits(tokenizer_manager: Any) -> EngineLimits:
-    """SGLang's own bounds (0.5.23): the scheduler admits prompts shorter than
-    `max_req_input_len` (= max_req_len - 5), and caps an answer at max_req_len - prompt - 1,
-    where max_req_len = min(context - 1, KV pool - 1)."""
-    context = int(tokenizer_manager.context_len)
-    max_input = int(tokenizer_manager.max_req_input_len)
-    return EngineLimits(context, max_input - 1, min(context, max_input + 4))
 
 
 async def _mapped_errors(stream: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
@@ -145,48 +119,3 @@ async def _mapped_errors(stream: AsyncIterator[dict[str, Any]]) -> AsyncIterator
         if "context length" in text or "exceeds" in text:
             raise ContextLengthExceeded(text, param="messages") from exc
         raise InvalidRequest(text) from exc
-
-
-def _finish(meta: dict[str, Any], request: EngineRequest) -> EngineFinish | None:
-    reason = meta.get("finish_reason")
-    if reason is None:
-        return None
-
-    def finish(kind: StopKind, matched: str | None = None) -> EngineFinish:
-        return EngineFinish(
-            kind,
-            prompt_tokens=int(meta["prompt_tokens"]),
-            completion_tokens=int(meta["completion_tokens"]),
-            cached_tokens=int(meta.get("cached_tokens") or 0),
-            matched=matched,
-        )
-
-    kind = reason.get("type")
-    if kind == "length":
-        return finish(StopKind.LENGTH)
-    if kind == "stop":
-        matched = reason.get("matched")
-        if isinstance(matched, str) and matched in request.sampling.stop:
-            return finish(StopKind.STOP_STRING, matched)
-        if isinstance(matched, int):
-            return finish(StopKind.END_OF_TURN)
-        log.error("SGLang stopped %s: %s", request.request_id, matched)
-        raise InferError("the model runtime failed to produce this answer")
-    if kind == "abort":
-        raise _abort_error(reason, request)
-    log.error("unexpected SGLang finish reason for %s: %r", request.request_id, reason)
-    raise InferError("the model runtime failed to produce this answer")
-
-
-def _abort_error(reason: dict[str, Any], request: EngineRequest) -> InferError:
-    message = str(reason.get("message") or "")
-    if reason.get("status_code") == 400:
-        if "grammar" in message:
-            return ConstraintRejected(_compiler_reason(message))
-        if "length" in message or "exceeds" in message:
-            return ContextLengthExceeded(message, param="messages")
-        return InvalidRequest(message)
-    log.warning("SGLang aborted %s: %s", request.request_id, message)
-    return BackendUnavailable(
-        "the model runtime aborted this request; retry shortly", retry_after=1
-    )

@@ -1,0 +1,84 @@
+"""results.png: one panel per scenario that ran, from the same rows as the tables."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from bench.report import Row
+
+
+def _latency(axes: Any, rows: list[Row]) -> None:
+    lines: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for row in rows:
+        match = re.fullmatch(r"(.+) c=(\d+)", row.case)
+        ttft = row.values.get("TTFT p50 ms")
+        if match and ttft is not None:
+            lines[match.group(1)].append((int(match.group(2)), ttft))
+    for label, points in lines.items():
+        xs, ys = zip(*sorted(points), strict=True)
+        axes.plot(xs, ys, marker="o", label=label)
+    axes.set(xscale="log", yscale="log", xlabel="concurrency", ylabel="TTFT p50 (ms)")
+    axes.set_title("time to first token")
+    axes.legend(fontsize=6)
+
+
+def _bars(axes: Any, rows: list[Row], key: str, title: str) -> None:
+    pairs = [(row.case, row.values[key]) for row in rows if row.values.get(key) is not None]
+    if not pairs:
+        return
+    labels, values = zip(*pairs, strict=True)
+    axes.barh(labels, values)
+    axes.set_title(title)
+    axes.set_xlabel(key)
+    axes.tick_params(axis="y", labelsize=6)
+
+
+COLORS = {"template": "tab:blue", "grammar": "tab:orange", "ttft": "tab:green", "model": "tab:red"}
+
+
+def _phases(axes: Any, rows: list[Row]) -> None:
+    """Template and grammar from the head; ttft to the first token; model to the last."""
+    for index, row in enumerate(rows):
+        left = 0.0
+        for phase, color in COLORS.items():
+            value = row.values.get(f"{phase} p50 ms")
+            if value is None:
+                continue
+            ends_at = value if phase in ("ttft", "model") else left + value
+            label = phase if index == 0 else None
+            axes.barh(index, max(ends_at - left, 0.0), left=left, color=color, label=label)
+            left = ends_at
+    axes.set_yticks(range(len(rows)), [row.case for row in rows], fontsize=6)
+    axes.set_title("phases (p50, ms from the request head)")
+    axes.legend(fontsize=6)
+
+
+def plot(rows: list[Row], path: Path) -> Path | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_scenario: dict[str, list[Row]] = defaultdict(list)
+    for row in rows:
+        by_scenario[row.scenario].append(row)
+    panels = [
+        ("latency", lambda ax, r: _latency(ax, r)),
+        ("phases", _phases),
+        ("prefix cache", lambda ax, r: _bars(ax, r[:2], "TTFT p50 ms", "prefix cache")),
+        ("constrained decoding", lambda ax, r: _bars(ax, r, "server ttft p50 ms", "constraints")),
+        ("front-end overhead", lambda ax, r: _bars(ax, r, "per event us", "overhead per event")),
+    ]
+    present = [(name, draw) for name, draw in panels if by_scenario.get(name)]
+    if not present:
+        return None
+    figure, grid = plt.subplots(len(present), 1, figsize=(9, 3.2 * len(present)), squeeze=False)
+    for axes, (name, draw) in zip(grid[:, 0], present, strict=True):
+        draw(axes, by_scenario[name])
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

@@ -1,0 +1,18 @@
+"""What every scenario gets: the run's size, its folder, and the servers to measure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.config import Config
+from bench.target import Target
+
+
+@dataclass(frozen=True)
+class Run:
+    config: Config
+    folder: Path
+    ours: Target
+    compare: Target | None = None  # another server measured side by side
+    local: bool = True  # ours was started by this run, on this machine
