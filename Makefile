@@ -38,6 +38,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/hadolint Dockerfile
 
 test: install lint
 	$(BIN)/python -m pytest $(ARGS)

@@ -1,15 +1,18 @@
 """python -m bench [SCENARIO ...] [--out DIR] [--quick] [--base-url URL] [--compare-url URL]
+                [--compare-sglang] [--server-args FLAGS]
 
 Runs the scenarios (all by default) against a server it starts (the embedded model on this
-machine), or the one at --base-url, and writes results.md, results.json and results.png to a
-new folder under --out. --compare-url runs the latency sweep against another server too (its
-OpenAI base URL, e.g. SGLang's own at http://host:30000/v1) and reports the ratios."""
+machine, or what --server-args name), or the one at --base-url, and writes results.md,
+results.json and results.png to a new folder under --out. --compare-url runs the latency sweep
+against another server too (its OpenAI base URL, e.g. SGLang's own at http://host:30000/v1) and
+reports the ratios; --compare-sglang starts SGLang's own server on the same model for that."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import platform
+import shlex
 import sys
 import time
 from contextlib import ExitStack
@@ -31,10 +34,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="every scenario, reduced: < 3 min")
     parser.add_argument("--base-url", help="measure the server at this URL (…/v1/infer)")
     parser.add_argument("--compare-url", help="another server's OpenAI base URL, side by side")
+    parser.add_argument(
+        "--compare-sglang",
+        action="store_true",
+        help="start SGLang's own HTTP server on the same model and compare against it",
+    )
+    parser.add_argument(
+        "--server-args",
+        default="",
+        help='flags for the servers the bench starts, e.g. "--model /models/m --device cuda"',
+    )
     args = parser.parse_args(argv)
     unknown = set(args.scenarios) - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenarios {sorted(unknown)}: choose from {', '.join(SCENARIOS)}")
+    if args.compare_url and args.compare_sglang:
+        parser.error("--compare-url or --compare-sglang, not both")
+    server_args = shlex.split(args.server_args)
     folder = args.out / time.strftime("%Y%m%d-%H%M%S")
     folder.mkdir(parents=True, exist_ok=True)
     started_at = time.monotonic()
@@ -42,8 +58,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.base_url:
             ours = from_url("this server", args.base_url)
         else:
-            ours = stack.enter_context(started("this server", folder / "server.log"))
+            log = folder / "server.log"
+            ours = stack.enter_context(started("this server", log, *server_args))
         compare = from_url("compared", args.compare_url) if args.compare_url else None
+        if args.compare_sglang:
+            log = folder / "sglang-server.log"
+            compare = stack.enter_context(
+                started("SGLang", log, *server_args, command="sglang-server")
+            )
         run = Run(Config.make(args.quick), folder, ours, compare, local=not args.base_url)
         rows, notes = [], {}
         for name in args.scenarios or SCENARIOS:

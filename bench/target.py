@@ -59,29 +59,37 @@ def _free_port() -> int:
 
 
 @contextmanager
-def started(name: str, log: Path, *args: str) -> Iterator[Target]:
-    """A server of this project started for the run, stopped after it."""
+def started(name: str, log: Path, *args: str, command: str = "serve") -> Iterator[Target]:
+    """A server started for the run, stopped after it: this one (`serve`), or SGLang's own HTTP
+    server on the same model (`sglang-server`, measured at its OpenAI base URL)."""
     port = _free_port()
-    command = [sys.executable, "-m", "server", "serve", "--port", str(port), *args]
+    argv = [sys.executable, "-m", "server", command, "--port", str(port), *args]
     with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=os.environ)
+        process = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=os.environ, start_new_session=True
+        )
     origin = f"http://127.0.0.1:{port}"
+    ours = command == "serve"
     try:
-        _wait_ready(origin, process, log)
-        yield from_url(name, f"{origin}/v1/infer")
+        _wait_ready(f"{origin}/readyz" if ours else f"{origin}/health_generate", process, log)
+        yield from_url(name, f"{origin}/v1/infer" if ours else f"{origin}/v1")
     finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
+        os.killpg(process.pid, signal.SIGTERM)  # SGLang's server has workers in its group
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
-def _wait_ready(origin: str, process: subprocess.Popen[bytes], log: Path) -> None:
+def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    print(f"starting a server on {origin} (log: {log})", file=sys.stderr)
+    print(f"starting a server for {url} (log: {log})", file=sys.stderr)
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise SystemExit(f"the server exited; see {log}")
         try:
-            if httpx.get(f"{origin}/readyz", timeout=5).status_code == 200:
+            if httpx.get(url, timeout=30).status_code == 200:
                 return
         except httpx.TransportError:
             pass

@@ -5,11 +5,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from server import config
 
+SGLANG_DEFAULT_PORT = 30000  # SGLang's own
+# The settings that mean something to SGLang's server (the rest are this server's own).
+SGLANG_SERVER_OPTIONS = (
+    "host",
+    "port",
+    "device",
+    "model",
+    "served_model_name",
+    "context_length",
+    "cache_dir",
+    "log_level",
+    "mem_fraction_static",
+    "tp_size",
+    "max_running_requests",
+    "max_total_tokens",
+)
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 
@@ -23,6 +40,17 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help="serve the model over HTTP (default: the embedded SmolLM2-135M-Instruct)"
     )
     config.add_arguments(serve)
+    sglang_server = commands.add_parser(
+        "sglang-server",
+        help="SGLang's own HTTP server on the same model, with the CPU compatibility pieces "
+        "(what --engine sglang-remote talks to)",
+        description="Starts SGLang's HTTP server (POST /generate, GET /health_generate, ...) on "
+        "the model --model resolves to. SGLang's own flags go after `--`.",
+    )
+    config.add_arguments(sglang_server, SGLANG_SERVER_OPTIONS, port=str(SGLANG_DEFAULT_PORT))
+    sglang_server.add_argument(
+        "sglang_args", nargs=argparse.REMAINDER, help="-- then flags for SGLang's server"
+    )
     return parser
 
 
@@ -31,14 +59,24 @@ def configure_logging(level: str) -> None:
     if not isinstance(numeric, int):
         raise SystemExit(f"unknown log level {level!r}: use debug, info, warning or error")
     logging.basicConfig(level=numeric, format=LOG_FORMAT, stream=sys.stderr, force=True)
+    if numeric > logging.DEBUG:
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per call to a remote engine
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if (
+        args.command == "sglang-server"
+        and args.port is None
+        and config.env_name("port") not in os.environ
+    ):
+        args.port = SGLANG_DEFAULT_PORT
     settings = config.settings_from(args)
     configure_logging(settings.log_level)
     if args.command == "serve":
         return _serve(settings)
+    if args.command == "sglang-server":
+        return _sglang_server(settings, args.sglang_args)
     return 2
 
 
@@ -51,3 +89,14 @@ def _serve(settings: config.Settings) -> int:
         return asyncio.run(serve(settings))
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(serve(settings))
+
+
+def _sglang_server(settings: config.Settings, sglang_args: list[str]) -> int:
+    from server.engines.sglang.standalone import run
+    from server.models.embedded import ModelSetupError
+
+    try:
+        return run(settings, sglang_args[1:] if sglang_args[:1] == ["--"] else sglang_args)
+    except ModelSetupError as error:
+        logging.getLogger(__name__).error("cannot start: %s", error)
+        return 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ from typing import Any
 ENV_PREFIX = "B3OS_INFER_"
 DEFAULT_PORT = 7700
 DEFAULT_MAX_REQUEST_BYTES = 10 * 1024 * 1024
+DEFAULT_ENGINE_TIMEOUT_S = 600.0
 DEVICES = ("cuda", "cpu")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 SYSTEM_IN_MESSAGES = ("refuse", "keep")
@@ -29,6 +30,9 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     engine: str = "sglang"
+    engine_url: str | None = None  # sglang-remote: SGLang's HTTP server, or sglang-router
+    engine_api_key: str | None = None  # sglang-remote: the remote's --api-key, if it has one
+    engine_timeout: float = DEFAULT_ENGINE_TIMEOUT_S
     device: str | None = None  # None: cuda where a GPU is present, else cpu
     model: str | None = None  # None: the embedded SmolLM2-135M-Instruct
     served_model_name: str | None = None
@@ -61,7 +65,19 @@ class _Option:
 _OPTIONS = (
     _Option("host", "address to bind (default 127.0.0.1; 0.0.0.0 for every interface)"),
     _Option("port", f"port to bind (default {DEFAULT_PORT})", int),
-    _Option("engine", "model runtime: sglang (in-process), or replay (no model: a bench tool)"),
+    _Option(
+        "engine",
+        "model runtime: sglang (in-process, the default), sglang-remote (SGLang's HTTP server or "
+        "router at --engine-url), or replay (no model: a bench tool)",
+    ),
+    _Option("engine_url", "sglang-remote: base URL of SGLang's server or sglang-router"),
+    _Option("engine_api_key", "sglang-remote: the API key the remote was started with"),
+    _Option(
+        "engine_timeout",
+        "sglang-remote: seconds a request may wait for the remote's next output "
+        f"(default {DEFAULT_ENGINE_TIMEOUT_S:.0f})",
+        float,
+    ),
     _Option("device", "cuda or cpu (default: cuda where a GPU is present, else cpu)"),
     _Option("model", "HF model folder or id (default: the embedded SmolLM2-135M-Instruct)"),
     _Option("served_model_name", "model id clients send and /v1/infer/models lists"),
@@ -90,14 +106,23 @@ def env_name(field: str) -> str:
     return ENV_PREFIX + field.upper()
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(
+    parser: argparse.ArgumentParser, only: Collection[str] | None = None, **defaults: str
+) -> None:
+    """The flags of `only` the settings named (all by default); `defaults` replaces the default
+    a flag's help names."""
     for option in _OPTIONS:
+        if only is not None and option.field not in only:
+            continue
+        help_text = option.help
+        if option.field in defaults:
+            help_text = help_text.split(" (default")[0] + f" (default {defaults[option.field]})"
         parser.add_argument(
             "--" + option.field.replace("_", "-"),
             dest=option.field,
             type=option.parse,
             default=None,
-            help=f"{option.help} [env {env_name(option.field)}]",
+            help=f"{help_text} [env {env_name(option.field)}]",
         )
 
 
@@ -127,6 +152,10 @@ def _check(settings: Settings) -> None:
 
     if (settings.certfile is None) != (settings.keyfile is None):
         raise SystemExit("--certfile and --keyfile go together")
+    if settings.engine == "sglang-remote" and not settings.engine_url:
+        raise SystemExit("--engine sglang-remote needs --engine-url (SGLang's server or router)")
+    if settings.engine_url and not settings.engine_url.startswith(("http://", "https://")):
+        raise SystemExit(f"--engine-url {settings.engine_url!r}: give an http:// or https:// URL")
     for name, value, choices in (
         ("--engine", settings.engine, tuple(ENGINES)),
         ("--device", settings.device, DEVICES),

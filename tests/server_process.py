@@ -1,5 +1,6 @@
-"""A real server process on a free loopback port, for the API tests: `python -m server serve`,
-its log kept in a file, stopped with SIGTERM."""
+"""A real server process on a free loopback port, for the API tests: `python -m server serve`, or
+`python -m server sglang-server` (SGLang's own HTTP server), its log kept in a file, stopped with
+SIGTERM. It runs in a process group of its own, so that killing it kills SGLang's workers too."""
 
 from __future__ import annotations
 
@@ -33,11 +34,15 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, log_path: Path, *args: str, scheme: str = "http") -> None:
+    def __init__(
+        self, log_path: Path, *args: str, scheme: str = "http", command: str = "serve"
+    ) -> None:
         self.port = free_port()
         self.scheme = scheme
         self.log_path = log_path
-        self.args = ["--port", str(self.port), "--node-name", "test-node", *args]
+        self.command = command
+        own = ["--node-name", "test-node"] if command == "serve" else ["--log-level", "warning"]
+        self.args = ["--port", str(self.port), *own, *args]
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -50,13 +55,14 @@ class ServerProcess:
         return f"{self.origin}/v1/infer"
 
     def start(self) -> None:
-        log = self.log_path.open("wb")
+        log = self.log_path.open("ab")
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "server", "serve", *self.args],
+            [sys.executable, "-m", "server", self.command, *self.args],
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
             preexec_fn=_stop_with_parent,
+            start_new_session=True,
         )
 
     def wait_listening(self, verify: ssl.SSLContext | bool = True) -> None:
@@ -66,6 +72,10 @@ class ServerProcess:
     def wait_ready(self, verify: ssl.SSLContext | bool = True) -> None:
         """Until the engine answers requests."""
         self._wait_for("/readyz", verify)
+
+    def wait_for(self, path: str, verify: ssl.SSLContext | bool = True) -> None:
+        """Until GET `path` answers 200."""
+        self._wait_for(path, verify)
 
     def _wait_for(self, path: str, verify: ssl.SSLContext | bool) -> None:
         assert self._process is not None
@@ -90,9 +100,14 @@ class ServerProcess:
             try:
                 self._process.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+                self.kill()
         return self._process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL to the whole process group: a crash, with no chance to say goodbye."""
+        assert self._process is not None
+        os.killpg(self._process.pid, signal.SIGKILL)
+        self._process.wait()
 
     def log_tail(self, lines: int = 60) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

@@ -15,6 +15,12 @@ def _sglang(settings: Settings, source: ModelSource) -> Engine:
     return SGLangEngine(settings, source)
 
 
+def _sglang_remote(settings: Settings, source: ModelSource) -> Engine:
+    from server.engines.sglang.remote import SGLangRemoteEngine
+
+    return SGLangRemoteEngine(settings, source)
+
+
 def _replay(settings: Settings, source: ModelSource) -> Engine:
     from server.engines.replay import ReplayEngine
 
@@ -23,6 +29,7 @@ def _replay(settings: Settings, source: ModelSource) -> Engine:
 
 ENGINES: dict[str, Callable[[Settings, ModelSource], Engine]] = {
     "sglang": _sglang,
+    "sglang-remote": _sglang_remote,  # SGLang's HTTP server or sglang-router at --engine-url
     "replay": _replay,  # no model: measures the front end's own cost (python -m bench overhead)
 }
 

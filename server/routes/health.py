@@ -18,12 +18,15 @@ async def healthz() -> Response:
 
 @blueprint.get("/readyz")
 async def readyz() -> Response:
-    """503 until the model runtime answers requests."""
+    """503 until the model runtime answers requests, and while it does not (a remote runtime
+    that went away)."""
     state = server_state()
     if state.generation is None:
         return json_response({"status": "starting"}, 503)
     engine = state.generation.engine
-    return json_response({"status": "ready", "running_requests": engine.running_requests})
+    status = "ready" if engine.is_ready else "unavailable"
+    body = {"status": status, "running_requests": engine.running_requests}
+    return json_response(body, 200 if engine.is_ready else 503)
 
 
 @blueprint.route("/v1/infer", methods=["HEAD"])

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import base64
 import copy
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
-MODEL = "b3os/smollm2-135m-instruct"  # the embedded model the session server serves
+# The model the session server serves: the embedded one, unless a GPU check names another.
+MODEL = os.environ.get("B3OS_TEST_SERVED_MODEL", "b3os/smollm2-135m-instruct")
 # One white pixel, a real PNG.
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4//8/AAX+Av4N70a4AAAAAElFTkSuQmCC"

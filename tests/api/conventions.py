@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -37,3 +39,14 @@ def assert_b3os(extension: dict[str, Any], *, streamed: bool) -> None:
     phase = "ttft_ms" if streamed else "model_ms"
     assert set(timing) == {phase, "total_ms"}
     assert 0 < timing[phase] <= timing["total_ms"]
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 30.0) -> Any:
+    """Polls until `condition()` is truthy (and returns it), failing after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")

@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 
-from tests.api.conventions import COUNTING
+from tests.api.conventions import COUNTING, wait_for
 from tests.api.sse import events
 
 MAX_TOKENS = 2000  # far more than the client waits for: only an abort ends this answer early
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def test_disconnect_mid_stream_aborts_the_generation(

@@ -82,3 +82,27 @@ def test_readme_documents_every_flag() -> None:
     flags = [a.option_strings[0] for a in serve._actions if a.option_strings[0] != "-h"]
     assert flags
     assert [f for f in flags if f"`{f}`" not in readme] == []
+
+
+def test_the_remote_engine_needs_its_url() -> None:
+    with pytest.raises(SystemExit, match="--engine-url"):
+        settings(["--engine", "sglang-remote"])
+    with pytest.raises(SystemExit, match="http"):
+        settings(["--engine", "sglang-remote", "--engine-url", "gpu1:30000"])
+    s = settings(["--engine", "sglang-remote", "--engine-url", "http://gpu1:30000"])
+    assert (s.engine_url, s.engine_timeout) == ("http://gpu1:30000", 600.0)
+
+
+def test_sglang_server_takes_sglangs_port_and_passes_its_own_flags_through() -> None:
+    args = build_parser().parse_args(["sglang-server", "--tp-size", "2", "--", "--foo", "1"])
+    assert args.port is None  # main() puts SGLang's 30000 there unless B3OS_INFER_PORT is set
+    assert args.sglang_args == ["--", "--foo", "1"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["sglang-server", "--certfile", "x.pem"])  # not SGLang's
+
+
+def test_sglang_server_arguments_become_sglangs_command_line() -> None:
+    from server.engines.sglang.standalone import cli_args
+
+    args = {"model_path": "/m", "tp_size": 2, "enable_metrics": True, "x": False, "y": None}
+    assert cli_args(args) == ["--model-path", "/m", "--tp-size", "2", "--enable-metrics"]
