@@ -23,8 +23,9 @@ from server.errors import (
 )
 from server.protocols.anthropic.encode import error_body as anthropic_error
 from server.protocols.openai.encode import error_body as openai_error
-from server.routes import chat, health, messages, models, openapi, requests
-from server.routes.infer import json_response
+from server.requestlog import RequestRecord
+from server.routes import chat, health, messages, metrics, models, openapi, requests
+from server.routes.infer import json_response, route_label
 from server.state import EXTENSION, ServerState, server_state
 from server.timing import Timing
 
@@ -40,7 +41,7 @@ def create_app(settings: Settings, state: ServerState | None = None) -> Quart:
         JSON_SORT_KEYS=False,
     )
     app.extensions[EXTENSION] = state or ServerState(settings)
-    for module in (health, messages, chat, models, requests, openapi):
+    for module in (health, messages, chat, models, requests, openapi, metrics):
         app.register_blueprint(module.blueprint)
     app.before_request(_begin)
     app.after_request(_headers)
@@ -76,17 +77,25 @@ def _headers(response: Response) -> Response:
     if request_id is not None:
         response.headers["x-request-id"] = request_id
         response.headers["request-id"] = request_id
+    response.headers.update(getattr(g, "rate_limit_headers", {}))
     timing: Timing | None = getattr(g, "timing", None)
     if timing is not None and not getattr(g, "streaming", False):
         # `total` runs from reading the request head to writing the response head.
         timing.mark("total")
         response.headers["Server-Timing"] = timing.header()
+        record: RequestRecord | None = getattr(g, "record", None)
+        if record is not None:
+            record.duration_ms = timing.since_start()  # the body is whole: it goes out now
+        server_state().metrics.answered(
+            route_label(), response.status_code, getattr(g, "error_code", None)
+        )
     return response
 
 
 async def _render(error: InferError) -> Response:
     request_id = getattr(g, "request_id", "")
     error = public(error, request_id)
+    g.error_code = error.code
     if getattr(g, "protocol", "openai") == "anthropic" and not error.before_infer:
         body = anthropic_error(error, request_id)
     else:

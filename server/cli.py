@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from server import config
+from server import admin, config
 
 SGLANG_DEFAULT_PORT = 30000  # SGLang's own
 # The settings that mean something to SGLang's server (the rest are this server's own).
@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     sglang_server.add_argument(
         "sglang_args", nargs=argparse.REMAINDER, help="-- then flags for SGLang's server"
     )
+    admin.add_commands(commands, lambda command: config.add_arguments(command, ("db",)))
     return parser
 
 
@@ -77,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(settings)
     if args.command == "sglang-server":
         return _sglang_server(settings, args.sglang_args)
-    return 2
+    return admin.run(args, settings.db)
 
 
 def _serve(settings: config.Settings) -> int:

@@ -15,6 +15,7 @@ ENV_PREFIX = "B3OS_INFER_"
 DEFAULT_PORT = 7700
 DEFAULT_MAX_REQUEST_BYTES = 10 * 1024 * 1024
 DEFAULT_ENGINE_TIMEOUT_S = 600.0
+DEFAULT_MAX_QUEUE_WAIT_S = 120.0
 DEVICES = ("cuda", "cpu")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 SYSTEM_IN_MESSAGES = ("refuse", "keep")
@@ -49,6 +50,9 @@ class Settings:
     max_running_requests: int | None = None
     max_total_tokens: int | None = None  # None: SGLang's sizing on a GPU, 65536 on a CPU
     system_in_messages: str = "refuse"  # refuse | keep (Messages: a system turn inside messages)
+    db: Path | None = None  # the key and metering store; None: the node runs open
+    limits: Path | None = None  # the limits file; None: the defaults
+    max_queue_wait: float = DEFAULT_MAX_QUEUE_WAIT_S  # 0: no bound
 
     @property
     def tls(self) -> bool:
@@ -94,6 +98,19 @@ _OPTIONS = (
     _Option("tp_size", "SGLang: tensor parallel size (GPUs per model replica)", int),
     _Option("max_running_requests", "SGLang: most requests decoded at once", int),
     _Option("max_total_tokens", "SGLang: KV cache size in tokens (default on a CPU: 65536)", int),
+    _Option(
+        "db",
+        "the key and metering store (SQLite), shared with `b3os-infer keys` and `usage` "
+        "(default: none, and the node runs open: no keys, metering kept in memory)",
+        Path,
+    ),
+    _Option("limits", "the limits file (TOML; default: the built-in limits)", Path),
+    _Option(
+        "max_queue_wait",
+        "seconds a request may wait for its first token (queue and prefill) before it is "
+        f"refused with 503 and Retry-After; 0: no bound (default {DEFAULT_MAX_QUEUE_WAIT_S:.0f})",
+        float,
+    ),
     _Option(
         "system_in_messages",
         "Messages: a system turn inside messages is refused (refuse, the default) or rendered "

@@ -16,7 +16,8 @@ render it, so a handler only ever raises.
     ├── PayloadTooLarge               413 payload_too_large      (before the infer layer)
     ├── UnsupportedMediaType          415 unsupported_media_type
     ├── RateLimited                   429 rate_limited
-    ├── ConcurrencyLimited            429 concurrency_limited
+    │   ├── ConcurrencyLimited        429 concurrency_limited
+    │   └── QuotaExceeded             429 quota_exceeded         (a key's spend cap)
     ├── InternalError                 500 internal
     └── BackendUnavailable            503 infer_backend_unavailable
 """
@@ -35,15 +36,22 @@ class InferError(Exception):
     before_infer: ClassVar[bool] = False
 
     def __init__(
-        self, message: str, *, param: str | None = None, retry_after: int | None = None
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        retry_after: int | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.retry_after = retry_after
+        self.extra_headers = headers or {}  # e.g. RateLimit-*, WWW-Authenticate
 
     def headers(self) -> dict[str, str]:
-        return {} if self.retry_after is None else {"Retry-After": str(self.retry_after)}
+        retry = {} if self.retry_after is None else {"Retry-After": str(self.retry_after)}
+        return {**self.extra_headers, **retry}
 
 
 class InvalidRequest(InferError):
@@ -111,6 +119,10 @@ class RateLimited(InferError):
 
 class ConcurrencyLimited(RateLimited):
     code = "concurrency_limited"
+
+
+class QuotaExceeded(RateLimited):
+    code = "quota_exceeded"
 
 
 class InternalError(InferError):

@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
+from typing import Protocol
 
 from grammars import ThinkingFormat, ToolFormat
 from server.canonical import (
@@ -24,8 +25,9 @@ from server.canonical import (
     Usage,
 )
 from server.constraints import constraint_for, explain
-from server.engines.base import Engine, EngineFinish, EngineRequest, StopKind
+from server.engines.base import Engine, EngineFinish, EngineOutput, EngineRequest, StopKind
 from server.errors import (
+    BackendUnavailable,
     ConstraintRejected,
     ContextLengthExceeded,
     InferError,
@@ -47,6 +49,14 @@ _FINISH_REASONS = {
 }
 
 
+class Tracker(Protocol):
+    """Hears of an answer's outputs and of its end (see server.node.tracker)."""
+
+    def output(self, completion_tokens: int) -> None: ...
+
+    def end(self) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     request: GenerateRequest
@@ -58,12 +68,18 @@ class Prepared:
 
 class Generation:
     def __init__(
-        self, engine: Engine, renderer: PromptRenderer, card: ModelCard, signing_key: bytes
+        self,
+        engine: Engine,
+        renderer: PromptRenderer,
+        card: ModelCard,
+        signing_key: bytes,
+        max_queue_wait: float = 0.0,
     ) -> None:
         self.engine = engine
         self.renderer = renderer
         self.card = card
         self._signing_key = signing_key
+        self._max_queue_wait = max_queue_wait  # seconds to the first output; 0: unbounded
 
     def sign(self, reasoning: str) -> str:
         """The opaque signature of a reasoning block: an HMAC of its text. This node does not
@@ -125,9 +141,10 @@ class Generation:
             )
 
     async def events(
-        self, prepared: Prepared, record: RequestRecord
+        self, prepared: Prepared, record: RequestRecord, tracker: Tracker
     ) -> AsyncGenerator[Event, None]:
-        """The answer's events; `record` follows it (tokens so far, then how it ended)."""
+        """The answer's events; `record` follows it (tokens so far, then how it ended), and
+        `tracker` hears of each output and of the end, however it ends."""
         timing = record.timing
         record.prompt_tokens = prepared.prompt.num_tokens
         parser = OutputParser(prepared.calls, tool_call_id, prepared.thinking, self.sign)
@@ -135,10 +152,11 @@ class Generation:
         try:
             # Closed explicitly (not left to the garbage collector): closing aborts the request.
             async with aclosing(self.engine.generate(prepared.engine_request)) as outputs:
-                async for output in outputs:
+                async for output in self._first_in_time(outputs):
                     if "ttft" not in timing.phases:
                         timing.mark("ttft")
                     record.completion_tokens = output.completion_tokens
+                    tracker.output(output.completion_tokens)
                     for event in parser.feed(output.text):
                         yield event
                     if output.finish is not None:
@@ -165,6 +183,34 @@ class Generation:
         except Exception:
             record.failed(InternalError.code)
             raise
+        finally:
+            tracker.end()
+
+    async def _first_in_time(
+        self, outputs: AsyncGenerator[EngineOutput, None]
+    ) -> AsyncGenerator[EngineOutput, None]:
+        """The engine's outputs, the first within the queue bound: a request the runtime cannot
+        start in time is refused (503, Retry-After) rather than held silently."""
+        if self._max_queue_wait <= 0:
+            async for output in outputs:
+                yield output
+            return
+        try:
+            # In this task (not wait_for's): the engine's stream lives in the task that reads it.
+            async with asyncio.timeout(self._max_queue_wait):
+                first = await anext(outputs)
+        except TimeoutError:
+            retry = max(1, min(60, round(self._max_queue_wait)))
+            raise BackendUnavailable(
+                f"the model runtime is busy: no first token within {self._max_queue_wait:g} s; "
+                f"retry in {retry} seconds",
+                retry_after=retry,
+            ) from None
+        except StopAsyncIteration:
+            return
+        yield first
+        async for output in outputs:
+            yield output
 
 
 def _finish(finish: EngineFinish, num_calls: int) -> Finish:

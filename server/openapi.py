@@ -186,5 +186,26 @@ def document() -> dict[str, Any]:
             "/healthz": _get("Liveness", {"type": "object"}),
             "/readyz": _get("Readiness: 503 until the model runtime answers", {"type": "object"}),
             "/openapi.json": _get("This document", {"type": "object"}),
+            "/metrics": {
+                "get": {
+                    "summary": "Prometheus metrics (text exposition format)",
+                    "responses": {
+                        "200": {
+                            "description": "The server's metrics",
+                            "content": {"text/plain": {"schema": {"type": "string"}}},
+                        }
+                    },
+                }
+            },
+        },
+        "components": {
+            "securitySchemes": {
+                "apiKey": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "b3os_sk_ API key (x-api-key is also taken); none on an "
+                    "open node",
+                }
+            }
         },
     }

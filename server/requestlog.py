@@ -21,6 +21,7 @@ class RequestRecord:
     route: str
     model: str
     timing: Timing
+    org: str  # only its organization may read it
     created: float = field(default_factory=time.time)
     status: Status = "running"
     stream: bool = False
@@ -30,6 +31,7 @@ class RequestRecord:
     finish_reason: str | None = None
     stop_sequence: str | None = None
     error_code: str | None = None
+    duration_ms: float | None = None  # from the request head to the response's last byte
 
     def finished(self, finish: Finish) -> None:
         self.status = "succeeded"
@@ -61,6 +63,7 @@ class RequestRecord:
                 "cached_tokens": self.cached_tokens,
             },
             "timing": {name: round(ms, 3) for name, ms in self.timing.phases.items()},
+            "duration_ms": None if self.duration_ms is None else round(self.duration_ms, 3),
         }
 
 

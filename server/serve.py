@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sqlite3
 
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config
 
 from server.app import create_app
 from server.config import Settings
+from server.node.limits import LimitsFileError
 from server.state import ServerState
 
 log = logging.getLogger(__name__)
@@ -62,9 +64,13 @@ async def serve(settings: Settings) -> int:
         exit_code = code
         stop.set()
 
-    state = ServerState(
-        settings, on_engine_started=install_signal_handlers, on_start_failed=start_failed
-    )
+    try:
+        state = ServerState(
+            settings, on_engine_started=install_signal_handlers, on_start_failed=start_failed
+        )
+    except (LimitsFileError, sqlite3.Error) as error:
+        log.error("cannot start: %s", error)
+        return 1
     install_signal_handlers()
     app = create_app(settings, state)
     scheme = "https" if settings.tls else "http"

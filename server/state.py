@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from quart import current_app
 
 from grammars import ModelFamily, family_for
+from server.auth.principal import OPEN_ORG, Authenticator
 from server.config import Settings
 from server.engines.base import Engine
 from server.engines.registry import create_engine
@@ -22,9 +23,15 @@ from server.ids import RequestIds
 from server.models.card import ModelCard
 from server.models.embedded import ModelSetupError
 from server.models.source import ModelSource, resolve
+from server.node.admission import Admission
+from server.node.limits import load as load_limits
+from server.node.metering import Meter
+from server.node.metrics import Metrics
 from server.prompt import PromptRenderer, load_tokenizer
 from server.protocols.anthropic.decode import DecodeOptions
 from server.requestlog import RequestLog
+from server.store.base import Store
+from server.store.sqlite import SqliteStore
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +53,33 @@ class ServerState:
     # back; and called with an exit code when the start fails.
     on_engine_started: Callable[[], None] = lambda: None
     on_start_failed: Callable[[int], None] = lambda code: None
+    # Running as a node: keys, limits, metering, metrics (built from the settings).
+    store: Store | None = field(init=False, default=None)
+    auth: Authenticator = field(init=False)
+    admission: Admission = field(init=False)
+    meter: Meter = field(init=False)
+    metrics: Metrics = field(init=False, default_factory=Metrics)
+
+    def __post_init__(self) -> None:
+        """Raises `LimitsFileError` for a bad limits file, `sqlite3.Error` for a bad store."""
+        self.admission = Admission(load_limits(self.settings.limits))
+        if self.settings.db is not None:
+            self.store = SqliteStore(self.settings.db)
+        self.auth = Authenticator(self.store)
+        self.meter = Meter(self.store)
 
     async def start(self) -> None:
         """Model, tokenizer, engine, in that order; the HTTP side serves health checks meanwhile."""
         started = time.monotonic()
+        self.meter.start()
+        if self.auth.is_open:
+            log.warning(
+                "NO KEY STORE (--db): this node runs OPEN. Every request is served without a "
+                "key, for the organization %r, and metering is kept in memory only",
+                OPEN_ORG,
+            )
+        else:
+            log.info("keys and metering: %s", self.settings.db)
         try:
             self.source = await asyncio.to_thread(resolve, self.settings)
             tokenizer = await asyncio.to_thread(load_tokenizer, self.source.path)
@@ -80,7 +110,9 @@ class ServerState:
         )
         self.decode_options = self._decode_options(family)
         renderer = PromptRenderer(tokenizer, family)
-        self.generation = Generation(engine, renderer, card, secrets.token_bytes(32))
+        self.generation = Generation(
+            engine, renderer, card, secrets.token_bytes(32), self.settings.max_queue_wait
+        )
         self.on_engine_started()
         log.info("serving %s, ready in %.1f s", card.id, time.monotonic() - started)
 
@@ -98,6 +130,9 @@ class ServerState:
         if self.engine is not None:
             log.info("stopping the model runtime")
             await self.engine.close()
+        await self.meter.close()
+        if self.store is not None:
+            self.store.close()
 
     @property
     def is_ready(self) -> bool:

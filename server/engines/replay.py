@@ -40,6 +40,9 @@ class ReplayEngine:
     def running_requests(self) -> int:
         return self._running
 
+    async def queue_depth(self) -> int | None:
+        return 0  # every request runs at once
+
     async def start(self) -> None:
         return None
 

@@ -6,6 +6,7 @@ from functools import partial
 
 from quart import Blueprint, Response
 
+from server.auth.guard import requires
 from server.protocols.openai import encode
 from server.protocols.openai.decode import decode_chat
 from server.routes.infer import answer, read_json, served
@@ -14,6 +15,7 @@ blueprint = Blueprint("chat", __name__)
 
 
 @blueprint.post("/v1/infer/chat/completions")
+@requires("infer:run")
 async def create_chat_completion() -> Response:
     request, options = decode_chat(await read_json())
     generation = served(request.model, options.route)

@@ -1,5 +1,6 @@
-"""The request flow both protocols share: read the JSON body, check the model, prepare, then
-answer as one JSON body or as a stream whose head waits for the first generated token."""
+"""The request flow both protocols share: read the JSON body, check the model, prepare, admit
+against the organization's limits, then answer as one JSON body or as a stream whose head waits
+for the first generated token."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Any, Literal, Protocol
 import orjson
 from quart import Response, g, request
 
+from server.auth.guard import principal
+from server.auth.principal import Principal
 from server.canonical import Answer, Event, GenerateRequest, fold
 from server.errors import (
     BackendUnavailable,
@@ -18,10 +21,13 @@ from server.errors import (
     InternalError,
     InvalidRequest,
     ModelNotAvailable,
+    QuotaExceeded,
     UnsupportedMediaType,
     public,
 )
 from server.generation import Generation
+from server.node.admission import Ticket
+from server.node.tracker import RequestTracker
 from server.protocols.context import ResponseContext
 from server.requestlog import RequestRecord
 from server.state import server_state
@@ -32,6 +38,7 @@ JSON = "application/json"
 # How a request names its model: Messages has no route; chat has route local (default) or gateway.
 Route = Literal["messages", "local", "gateway"]
 EVENT_STREAM = "text/event-stream"
+DEFAULT_ANSWER_ESTIMATE = 512  # tokens charged at admission for an answer with no max_tokens
 
 
 class StreamEncoder(Protocol):
@@ -50,6 +57,12 @@ async def read_json() -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         raise InvalidRequest("the request body is not valid JSON") from None
+
+
+def route_label() -> str:
+    """The route a request matched, as metrics label it (its URL rule, not its path)."""
+    rule = request.url_rule
+    return "unmatched" if rule is None else rule.rule
 
 
 def json_response(body: dict[str, Any], status: int = 200) -> Response:
@@ -83,14 +96,22 @@ async def answer(
     stream: Callable[[ResponseContext], StreamEncoder],
 ) -> Response:
     state = server_state()
+    who = principal()
     record = state.requests.add(
-        RequestRecord(g.request_id, route, request_.model, g.timing, stream=request_.stream)
+        RequestRecord(
+            g.request_id, route, request_.model, g.timing, who.org, stream=request_.stream
+        )
     )
+    g.record = record
     try:
         prepared = generation.prepare(request_, g.request_id, g.timing)
+        record.prompt_tokens = prepared.prompt.num_tokens
+        ticket = _admit(who, request_, prepared.prompt.num_tokens)
     except InferError as error:
         record.failed(error.code)
         raise
+    g.rate_limit_headers = ticket.headers
+    tracker = RequestTracker(record, who, ticket, state.meter, state.metrics)
     context = ResponseContext(
         request_id=g.request_id,
         model=generation.card.id,
@@ -99,14 +120,39 @@ async def answer(
         created=int(time.time()),
         timing=g.timing,
     )
-    events = generation.events(prepared, record)
-    if not request_.stream:
-        return json_response(body(await fold(events), context))
-    return await _stream(events, stream(context))
+    events = generation.events(prepared, record, tracker)
+    try:
+        if not request_.stream:
+            return json_response(body(await fold(events), context))
+        return await _stream(events, stream(context), record)
+    finally:
+        if not request_.stream or record.status != "running":
+            tracker.end()  # a stream still running ends with its body
 
 
-async def _stream(events: AsyncGenerator[Event, None], encoder: StreamEncoder) -> Response:
-    request_id: str = g.request_id  # the body below runs outside the request context
+def _admit(who: Principal, request_: GenerateRequest, prompt_tokens: int) -> Ticket:
+    """Charges the organization's limits with the prompt and the answer's token budget (512
+    when a chat request sets none), after the key's spend cap."""
+    state = server_state()
+    if who.key_id is not None and who.spend_cap_tokens is not None:
+        spent = state.meter.spent(who.key_id)
+        if spent >= who.spend_cap_tokens:
+            raise QuotaExceeded(
+                f"API key {who.key_id} has used its spend cap of {who.spend_cap_tokens} tokens "
+                f"({spent} metered)"
+            )
+    budget = request_.sampling.max_tokens
+    estimate = prompt_tokens + (DEFAULT_ANSWER_ESTIMATE if budget is None else budget)
+    return state.admission.admit(who.org, request_.model, estimate)
+
+
+async def _stream(
+    events: AsyncGenerator[Event, None], encoder: StreamEncoder, record: RequestRecord
+) -> Response:
+    # The body below runs outside the request context: what it needs, taken now.
+    request_id: str = g.request_id
+    metrics = server_state().metrics
+    route = route_label()
     # The head waits for the first generated token: a failure before it is a plain HTTP error,
     # and Server-Timing can carry ttft.
     try:
@@ -127,6 +173,8 @@ async def _stream(events: AsyncGenerator[Event, None], encoder: StreamEncoder) -
             yield encoder.error(InternalError.for_request(request_id))
         finally:
             await events.aclose()  # a client gone mid-stream aborts the engine request
+            record.duration_ms = record.timing.since_start()
+            metrics.answered(route, 200, record.error_code)
 
     g.streaming = True
     response = Response(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from quart import Blueprint, Response, g
 
+from server.auth.guard import requires
 from server.protocols.anthropic import encode
 from server.protocols.anthropic.decode import decode_count_tokens, decode_messages
 from server.routes.infer import answer, json_response, read_json, served
@@ -18,6 +19,7 @@ def _anthropic_errors() -> None:
 
 
 @blueprint.post("/v1/infer/v1/messages")
+@requires("infer:run")
 async def create_message() -> Response:
     request = decode_messages(await read_json(), server_state().decode_options)
     generation = served(request.model)
@@ -25,6 +27,7 @@ async def create_message() -> Response:
 
 
 @blueprint.post("/v1/infer/v1/messages/count_tokens")
+@requires("infer:run")
 async def count_tokens() -> Response:
     request = decode_count_tokens(await read_json(), server_state().decode_options)
     return json_response({"input_tokens": served(request.model).count_tokens(request)})

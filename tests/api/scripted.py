@@ -45,6 +45,9 @@ class ScriptedEngine:
     is_ready: bool = True
     running_requests: int = 0
 
+    async def queue_depth(self) -> int | None:
+        return 0
+
     async def start(self) -> None:
         return None
 

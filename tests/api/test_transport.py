@@ -7,6 +7,7 @@ import re
 
 import httpx
 from jsonschema import Draft202012Validator
+from prometheus_client.parser import text_string_to_metric_families
 
 from server.app import create_app
 from server.config import Settings
@@ -110,3 +111,19 @@ def test_openapi_document_covers_every_route(http: httpx.Client) -> None:
     for path in ("/v1/infer/v1/messages", "/v1/infer/chat/completions"):
         schema = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]
         Draft202012Validator.check_schema(schema["schema"])
+
+
+def test_metrics_read_the_engines_load(http: httpx.Client, model: str) -> None:
+    http.post(
+        "/v1/infer/chat/completions",
+        json={"model": model, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]},
+    )
+    response = http.get("/metrics")
+    assert response.status_code == 200
+    samples = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+    assert samples["b3os_infer_engine_queue_depth"] >= 0  # -1 would be: the runtime did not say
+    assert samples["b3os_infer_requests_in_flight"] == 0

@@ -40,6 +40,13 @@ class SGLangEngine:
         # A request leaves this map when the scheduler reports it finished or aborted.
         return 0 if self._engine is None else len(self._engine.tokenizer_manager.rid_to_state)
 
+    async def queue_depth(self) -> int | None:
+        """The scheduler's waiting queue, from its live load report (as GET /v1/loads)."""
+        if self._engine is None:
+            return None
+        loads = await self._engine.tokenizer_manager.get_loads(include=["core"])
+        return sum(int(load.num_waiting_reqs) for load in loads)
+
     async def start(self) -> None:
         args = server_args(self._settings, self._source)
         if args["device"] == "cpu":

@@ -63,6 +63,19 @@ class SGLangRemoteEngine:
         """Requests this server has in flight at the remote."""
         return self._running
 
+    async def queue_depth(self) -> int | None:
+        """The remote's waiting queue, from its live load report (a router may not give one)."""
+        if self._client is None:
+            return None
+        try:
+            response = await self._client.get(
+                "/v1/loads", params={"include": "core"}, timeout=CONTROL_TIMEOUT_S
+            )
+            loads = response.json()["loads"]
+            return sum(int(load["num_waiting_reqs"]) for load in loads)
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return None
+
     async def start(self) -> None:
         """Waits for the remote to answer (it may be starting too), learns its limits and how it
         streams, then watches its health."""

@@ -1,0 +1,1 @@
+"""API keys: their format and checksum, the key store, and authenticating a request."""

@@ -1,0 +1,1 @@
+"""Where keys and metering records are kept."""

@@ -1,0 +1,196 @@
+"""The embedded store: SQLite in WAL mode (readers never wait for the metering writer, and a
+committed record survives the process being killed), one connection per thread."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from server.store.base import KeyRecord, UsageRecord, UsageTotal
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS api_keys (
+    key_id TEXT PRIMARY KEY,
+    key_hash TEXT NOT NULL UNIQUE,
+    org TEXT NOT NULL,
+    project TEXT NOT NULL,
+    scopes TEXT NOT NULL,
+    created REAL NOT NULL,
+    expires_at REAL,
+    spend_cap_tokens INTEGER,
+    revoked_at REAL
+);
+CREATE TABLE IF NOT EXISTS usage (
+    request_id TEXT PRIMARY KEY,
+    key_id TEXT,
+    org TEXT NOT NULL,
+    project TEXT NOT NULL,
+    model TEXT NOT NULL,
+    route TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS usage_by_key ON usage (key_id);
+CREATE INDEX IF NOT EXISTS usage_by_org ON usage (org, project);
+"""
+
+
+class SqliteStore:
+    """Implements `server.store.base.Store`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._connection().executescript(_SCHEMA)  # idempotent; executescript commits itself
+
+    def _connection(self) -> sqlite3.Connection:
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = sqlite3.connect(
+                self.path, timeout=10.0, isolation_level=None, check_same_thread=False
+            )
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=NORMAL")  # WAL: durable across process crashes
+            connection.row_factory = sqlite3.Row
+            self._local.connection = connection
+            with self._lock:
+                self._connections.append(connection)
+        return connection
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        db = self._connection()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def add_key(self, key: KeyRecord) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    key.key_id,
+                    key.key_hash,
+                    key.org,
+                    key.project,
+                    json.dumps(list(key.scopes)),
+                    key.created,
+                    key.expires_at,
+                    key.spend_cap_tokens,
+                    key.revoked_at,
+                ),
+            )
+
+    def key_by_hash(self, key_hash: str) -> KeyRecord | None:
+        row = (
+            self._connection()
+            .execute("SELECT * FROM api_keys WHERE key_hash = ?", (key_hash,))
+            .fetchone()
+        )
+        return None if row is None else _key(row)
+
+    def keys(self, org: str | None = None) -> list[KeyRecord]:
+        query = "SELECT * FROM api_keys"
+        args: tuple[str, ...] = ()
+        if org is not None:
+            query, args = query + " WHERE org = ?", (org,)
+        rows = self._connection().execute(query + " ORDER BY created", args).fetchall()
+        return [_key(row) for row in rows]
+
+    def revoke_key(self, key_id: str) -> bool:
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL",
+                (time.time(), key_id),
+            )
+        return cursor.rowcount == 1
+
+    def write_usage(self, records: Sequence[UsageRecord]) -> None:
+        if not records:
+            return
+        with self._transaction() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        r.request_id,
+                        r.key_id,
+                        r.org,
+                        r.project,
+                        r.model,
+                        r.route,
+                        r.input_tokens,
+                        r.output_tokens,
+                        r.status,
+                        r.created,
+                        r.updated,
+                    )
+                    for r in records
+                ],
+            )
+
+    def usage(self, org: str | None = None) -> list[UsageRecord]:
+        query = "SELECT * FROM usage"
+        args: tuple[str, ...] = ()
+        if org is not None:
+            query, args = query + " WHERE org = ?", (org,)
+        rows = self._connection().execute(query + " ORDER BY created", args).fetchall()
+        return [UsageRecord(**dict(row)) for row in rows]
+
+    def interrupt_running(self) -> int:
+        with self._transaction() as db:
+            cursor = db.execute("UPDATE usage SET status = 'interrupted' WHERE status = 'running'")
+        return cursor.rowcount
+
+    def usage_totals(self, org: str | None = None) -> list[UsageTotal]:
+        where, args = ("WHERE org = ?", (org,)) if org is not None else ("", ())
+        rows = (
+            self._connection()
+            .execute(
+                "SELECT org, project, key_id, model, COUNT(*) AS requests, "
+                "SUM(input_tokens) AS input_tokens, SUM(output_tokens) AS output_tokens "
+                f"FROM usage {where} GROUP BY org, project, key_id, model "
+                "ORDER BY org, project, key_id, model",
+                args,
+            )
+            .fetchall()
+        )
+        return [UsageTotal(**dict(row)) for row in rows]
+
+    def key_spend(self, key_id: str) -> int:
+        row = (
+            self._connection()
+            .execute(
+                "SELECT COALESCE(SUM(input_tokens + output_tokens), 0) FROM usage WHERE key_id = ?",
+                (key_id,),
+            )
+            .fetchone()
+        )
+        return int(row[0])
+
+    def close(self) -> None:
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for connection in connections:
+            connection.close()
+
+
+def _key(row: sqlite3.Row) -> KeyRecord:
+    values = dict(row)
+    values["scopes"] = tuple(json.loads(values["scopes"]))
+    return KeyRecord(**values)
