@@ -47,6 +47,7 @@ class ModelFamily:
     system_anywhere: bool = False
     tools: ToolFormat | None = None  # None: the family has no tool-call format
     thinking: ThinkingFormat | None = None  # None: the family has no reasoning phase
+    image: str | None = None  # where an image stands in a prompt; None: no vision format
 
 
 # A chat template no file matches: nothing is assumed about it.
@@ -61,6 +62,7 @@ def _family(data: dict[str, Any]) -> ModelFamily:
         system_anywhere=bool(data.get("system_anywhere", False)),
         tools=ToolFormat(**tools) if tools else None,
         thinking=ThinkingFormat(**thinking) if thinking else None,
+        image=data.get("image"),
     )
 
 

@@ -36,6 +36,7 @@ from server.errors import (
     UnsupportedParameter,
 )
 from server.ids import tool_call_id
+from server.images.decode import TOKENS_PER_IMAGE, DecodedImage
 from server.models.card import ModelCard
 from server.output_parser import OutputParser
 from server.prompt import Prompt, PromptRenderer
@@ -65,6 +66,17 @@ class Prepared:
     calls: ToolFormat | None  # the format tool calls are parsed in; None: all text
     thinking: ThinkingFormat | None  # the answer opens inside its reasoning
 
+    @property
+    def estimated_prompt_tokens(self) -> int:
+        """The rendered prompt, with about 1,024 tokens for each image it places."""
+        return self.prompt.num_tokens + len(self.request.images()) * TOKENS_PER_IMAGE
+
+    def with_images(self, images: tuple[DecodedImage, ...]) -> Prepared:
+        engine_request = dataclasses.replace(
+            self.engine_request, images=tuple(image.png for image in images)
+        )
+        return dataclasses.replace(self, engine_request=engine_request)
+
 
 class Generation:
     def __init__(
@@ -88,7 +100,10 @@ class Generation:
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
     def count_tokens(self, request: GenerateRequest) -> int:
-        return self.renderer.render(request).num_tokens
+        """The rendered prompt's tokens, and about 1,024 for each image (not fetched here)."""
+        self._check_supported(request)
+        images = len(request.images())
+        return self.renderer.render(request).num_tokens + images * TOKENS_PER_IMAGE
 
     def prepare(self, request: GenerateRequest, request_id: str, timing: Timing) -> Prepared:
         """Renders the prompt, sizes the answer, builds the constraint; raises before anything

@@ -13,6 +13,7 @@ import orjson
 from grammars import ModelFamily, ThinkingFormat, ToolFormat
 from server.canonical import (
     GenerateRequest,
+    Image,
     Message,
     Text,
     Thinking,
@@ -79,7 +80,7 @@ class PromptRenderer:
         current = _current_turn_start(request.messages)
         for index, message in enumerate(request.messages):
             if message.role == "tool" and tools is not None:
-                text = _results(message, tools)
+                text = _results(message, tools, self.family.image)
                 if results is None:
                     results = {"role": tools.result_role, "content": text}
                     turns.append(results)
@@ -87,7 +88,7 @@ class PromptRenderer:
                     results["content"] += "\n" + text
             else:
                 results = None
-                content = _content(message, tools)
+                content = _content(message, tools, self.family.image)
                 if message.role == "assistant" and index >= current:
                     content = self._reasoning(message) + content
                 turns.append({"role": message.role, "content": content})
@@ -110,8 +111,13 @@ def _current_turn_start(messages: tuple[Message, ...]) -> int:
     return 0
 
 
-def _content(message: Message, tools: ToolFormat | None) -> str:
-    texts = [part.text for part in message.parts if isinstance(part, Text)]
+def _content(message: Message, tools: ToolFormat | None, image: str | None) -> str:
+    """Text, with each image's placeholder where it stands, then the calls of the turn."""
+    texts = [
+        part.text if isinstance(part, Text) else image or ""
+        for part in message.parts
+        if isinstance(part, Text) or (isinstance(part, Image) and image)
+    ]
     if tools is not None:
         texts += [
             tools.call(part.name, part.arguments)
@@ -121,12 +127,16 @@ def _content(message: Message, tools: ToolFormat | None) -> str:
     return "\n".join(text for text in texts if text) if len(texts) > 1 else "".join(texts)
 
 
-def _results(message: Message, tools: ToolFormat) -> str:
+def _results(message: Message, tools: ToolFormat, image: str | None) -> str:
     """Each result wrapped in the family's result tags; an error is shown as such."""
     wrapped = []
     for part in message.parts:
         if isinstance(part, ToolResult):
-            text = "\n".join(p.text for p in part.parts if isinstance(p, Text))
+            text = "\n".join(
+                p.text if isinstance(p, Text) else image or ""
+                for p in part.parts
+                if isinstance(p, Text) or (isinstance(p, Image) and image)
+            )
             content = tools.error_prefix + text if part.is_error else text
             wrapped.append(tools.result.replace("{content}", content))
     return "\n".join(wrapped)

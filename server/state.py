@@ -20,7 +20,9 @@ from server.engines.registry import create_engine
 from server.errors import BackendUnavailable
 from server.generation import Generation
 from server.ids import RequestIds
-from server.models.card import ModelCard
+from server.images.egress import EgressGuard
+from server.images.loader import ImageLoader
+from server.models.card import ModelCard, has_vision
 from server.models.embedded import ModelSetupError
 from server.models.source import ModelSource, resolve
 from server.node.admission import Admission
@@ -49,6 +51,8 @@ class ServerState:
     generation: Generation | None = None
     decode_options: DecodeOptions = field(default_factory=DecodeOptions)
     engine_factory: Callable[[Settings, ModelSource], Engine] = create_engine
+    images: ImageLoader = field(default_factory=lambda: ImageLoader(EgressGuard()))
+    vision: bool | None = None  # the model takes images; None: as its config says
     # Called once the engine runs: SGLang binds signal handlers then, and the server wants SIGTERM
     # back; and called with an exit code when the start fails.
     on_engine_started: Callable[[], None] = lambda: None
@@ -100,6 +104,14 @@ class ServerState:
         capabilities: tuple[str, ...] = ("chat", "streaming", "json_output")
         capabilities += ("tools",) if family.tools else ()
         capabilities += ("thinking",) if family.thinking else ()
+        vision = self.vision if self.vision is not None else has_vision(self.source.path)
+        if vision and family.image is None:
+            log.warning(
+                "%s has a vision part, but its chat format has no image placement "
+                "known here: images are refused",
+                self.source.served_name,
+            )
+        capabilities += ("image_input",) if vision and family.image else ()
         card = ModelCard(
             id=self.source.served_name,
             context_length=engine.limits.context_length,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from enum import StrEnum
@@ -37,6 +38,13 @@ class EngineRequest:
     prompt_ids: list[int]
     sampling: Sampling  # max_tokens resolved: never None here
     constraint: Constraint | None = None
+    images: tuple[bytes, ...] = ()  # PNG, in prompt order (each where the prompt's placeholder is)
+
+    def image_data(self) -> list[str] | None:
+        """The images as SGLang's `image_data` takes them: data URLs."""
+        if not self.images:
+            return None
+        return ["data:image/png;base64," + base64.b64encode(png).decode() for png in self.images]
 
 
 class StopKind(StrEnum):

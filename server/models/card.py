@@ -3,7 +3,9 @@ are checked against."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -26,3 +28,20 @@ class ModelCard:
             "max_request_bytes": self.max_request_bytes,
             "capabilities": list(self.capabilities),
         }
+
+
+def has_vision(model_path: str) -> bool:
+    """The model has a vision part: its HF config has a `vision_config` (Qwen2-VL and others)."""
+    folder = Path(model_path)
+    if folder.is_dir():
+        try:
+            config = json.loads((folder / "config.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(config, dict) and "vision_config" in config
+    try:  # a hub id: its config, from the local HF cache or the hub
+        from transformers import AutoConfig
+
+        return hasattr(AutoConfig.from_pretrained(model_path), "vision_config")
+    except Exception:
+        return False

@@ -25,12 +25,13 @@ from server.errors import (
     UnsupportedMediaType,
     public,
 )
-from server.generation import Generation
+from server.generation import Generation, Prepared
 from server.node.admission import Ticket
 from server.node.tracker import RequestTracker
 from server.protocols.context import ResponseContext
 from server.requestlog import RequestRecord
 from server.state import server_state
+from server.timing import Timing
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +107,15 @@ async def answer(
     try:
         prepared = generation.prepare(request_, g.request_id, g.timing)
         record.prompt_tokens = prepared.prompt.num_tokens
-        ticket = _admit(who, request_, prepared.prompt.num_tokens)
+        ticket = _admit(who, request_, prepared.estimated_prompt_tokens)
     except InferError as error:
         record.failed(error.code)
+        raise
+    try:
+        prepared = await _with_images(prepared, who, g.timing)
+    except BaseException as error:
+        ticket.release()
+        record.failed(error.code if isinstance(error, InferError) else InternalError.code)
         raise
     g.rate_limit_headers = ticket.headers
     tracker = RequestTracker(record, who, ticket, state.meter, state.metrics)
@@ -128,6 +135,23 @@ async def answer(
     finally:
         if not request_.stream or record.status != "running":
             tracker.end()  # a stream still running ends with its body
+
+
+async def _with_images(prepared: Prepared, who: Principal, timing: Timing) -> Prepared:
+    """The request's images fetched (through the egress guard) and decoded, for the engine."""
+    images = prepared.request.images()
+    if not images:
+        return prepared
+    state = server_state()
+    model = prepared.request.model
+    started = time.perf_counter()
+
+    def charge(size: int) -> None:
+        state.admission.charge_image_bytes(who.org, model, size)
+
+    decoded = await state.images.load(images, charge)
+    timing.record("images", started)
+    return prepared.with_images(decoded)
 
 
 def _admit(who: Principal, request_: GenerateRequest, prompt_tokens: int) -> Ticket:

@@ -21,6 +21,7 @@ from server.engines.base import (
     StopKind,
 )
 from server.errors import InferError
+from server.images.loader import ImageLoader
 from server.models.source import ModelSource
 from server.serve import hypercorn_config
 from server.state import ServerState
@@ -44,6 +45,7 @@ class ScriptedEngine:
     limits: EngineLimits = field(default_factory=lambda: EngineLimits(8192, 8185, 8190))
     is_ready: bool = True
     running_requests: int = 0
+    requests: list[EngineRequest] = field(default_factory=list)  # what reached the engine
 
     async def queue_depth(self) -> int | None:
         return 0
@@ -55,6 +57,7 @@ class ScriptedEngine:
         return None
 
     async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
+        self.requests.append(request)
         for step in self.scripts.popleft():
             if isinstance(step, Exception):
                 raise step
@@ -65,9 +68,13 @@ class ScriptedEngine:
 class ScriptedServer:
     """The real app and Hypercorn in a background thread with its own event loop."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, *, vision: bool = False, images: ImageLoader | None = None
+    ) -> None:
         self.engine = ScriptedEngine()
         self.settings = settings
+        self._vision = vision
+        self._images = images
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -88,7 +95,10 @@ class ScriptedServer:
             engine_factory=self._factory,
             on_engine_started=self._ready.set,
             on_start_failed=lambda code: self._ready.set(),
+            vision=self._vision,
         )
+        if self._images is not None:
+            state.images = self._images
         self.state = state
         app = create_app(self.settings, state)
         await serve(app, hypercorn_config(self.settings), shutdown_trigger=self._stop.wait)
@@ -112,6 +122,8 @@ class ScriptedServer:
         return f"http://127.0.0.1:{self.settings.port}"
 
 
-def scripted_server(settings: Settings) -> Iterator[ScriptedServer]:
-    with ScriptedServer(settings) as server:
+def scripted_server(
+    settings: Settings, *, vision: bool = False, images: ImageLoader | None = None
+) -> Iterator[ScriptedServer]:
+    with ScriptedServer(settings, vision=vision, images=images) as server:
         yield server

@@ -46,11 +46,12 @@ def test_disconnect_aborts_the_request_at_the_remote(
 ) -> None:
     with httpx.Client(base_url=server.origin, timeout=60) as client:
         with client.stream("POST", "/v1/infer/v1/messages", json=streaming_body(model)) as stream:
+            # Read by hand, the reader kept: leaving a loop over it would close the connection.
+            reader = events(stream)
             deltas = 0
-            for name, _ in events(stream):
+            while deltas < 3:
+                name, _ = next(reader)
                 deltas += name == "content_block_delta"
-                if deltas == 3:
-                    break
             assert remote_busy(sglang_server) == 1  # generating at the remote while we read
     wait_for(lambda: remote_busy(sglang_server) == 0)
 

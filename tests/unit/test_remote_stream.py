@@ -5,6 +5,8 @@ statuses. The real server, crash and restart included, is in tests/api/test_remo
 from __future__ import annotations
 
 import asyncio
+import base64
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -106,3 +108,33 @@ def test_a_refusal_by_the_remote_keeps_its_reason() -> None:
     with pytest.raises(InferError, match="top_k") as raised:
         run(lambda r: httpx.Response(400, json=body), cumulative=False)
     assert raised.value.status == 400
+
+
+def test_images_go_to_the_remote_as_image_data() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, content=sse(chunk("A", 1, {"type": "length", "length": 1})))
+
+    async def main() -> None:
+        settings = Settings(engine="sglang-remote", engine_url="http://remote:30000")
+        engine = SGLangRemoteEngine(settings, ModelSource("/m", "m"))
+        transport = httpx.MockTransport(handler)
+        engine._client = httpx.AsyncClient(transport=transport, base_url="http://remote:30000")
+        with_image = dataclasses.replace(REQUEST, images=(b"\x89PNG one", b"\x89PNG two"))
+        try:
+            async for _ in engine.generate(with_image):
+                pass
+            async for _ in engine.generate(REQUEST):
+                pass
+        finally:
+            await engine.close()
+
+    asyncio.run(main())
+    expected = [
+        "data:image/png;base64," + base64.b64encode(data).decode()
+        for data in (b"\x89PNG one", b"\x89PNG two")
+    ]
+    assert seen[0]["image_data"] == expected
+    assert "image_data" not in seen[1]  # text only: none sent

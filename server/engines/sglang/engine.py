@@ -97,6 +97,7 @@ class SGLangEngine:
         stream = await self._engine.async_generate(
             input_ids=request.prompt_ids,
             sampling_params=to_sampling_params(request.sampling, request.constraint),
+            image_data=request.image_data(),
             stream=True,
             rid=request.request_id,
         )

@@ -114,12 +114,14 @@ class SGLangRemoteEngine:
         client = self._client
         if client is None:
             raise BackendUnavailable("the model runtime is starting; retry shortly", retry_after=5)
-        body = {
+        body: dict[str, Any] = {
             "input_ids": request.prompt_ids,
             "sampling_params": to_sampling_params(request.sampling, request.constraint),
             "stream": True,
             "rid": request.request_id,
         }
+        if request.images:
+            body["image_data"] = request.image_data()
         self._running += 1
         finished = False
         try:
