@@ -53,10 +53,19 @@ class Settings:
     db: Path | None = None  # the key and metering store; None: the node runs open
     limits: Path | None = None  # the limits file; None: the defaults
     max_queue_wait: float = DEFAULT_MAX_QUEUE_WAIT_S  # 0: no bound
+    deterministic_sampling: bool = True  # SGLang's deterministic inference: seeds take effect
 
     @property
     def tls(self) -> bool:
         return self.certfile is not None
+
+
+def _on_off(text: str) -> bool:
+    if text.lower() in ("on", "true", "1", "yes"):
+        return True
+    if text.lower() in ("off", "false", "0", "no"):
+        return False
+    raise ValueError(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +114,12 @@ _OPTIONS = (
         Path,
     ),
     _Option("limits", "the limits file (TOML; default: the built-in limits)", Path),
+    _Option(
+        "deterministic_sampling",
+        "on: SGLang's deterministic inference, so a request's seed repeats its answer (on a "
+        "GPU it costs throughput); off: requests with a seed are refused (default on)",
+        _on_off,
+    ),
     _Option(
         "max_queue_wait",
         "seconds a request may wait for its first token (queue and prefill) before it is "

@@ -8,6 +8,7 @@ import base64
 import dataclasses
 import hashlib
 import hmac
+import secrets
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -20,12 +21,21 @@ from server.canonical import (
     Finish,
     FinishReason,
     GenerateRequest,
+    Logprobs,
     ThinkingMode,
+    TokenLogprob,
     ToolChoiceKind,
     Usage,
 )
 from server.constraints import constraint_for, explain
-from server.engines.base import Engine, EngineFinish, EngineOutput, EngineRequest, StopKind
+from server.engines.base import (
+    Engine,
+    EngineFinish,
+    EngineLogprob,
+    EngineOutput,
+    EngineRequest,
+    StopKind,
+)
 from server.errors import (
     BackendUnavailable,
     ConstraintRejected,
@@ -86,12 +96,14 @@ class Generation:
         card: ModelCard,
         signing_key: bytes,
         max_queue_wait: float = 0.0,
+        seeded: bool = True,
     ) -> None:
         self.engine = engine
         self.renderer = renderer
         self.card = card
         self._signing_key = signing_key
         self._max_queue_wait = max_queue_wait  # seconds to the first output; 0: unbounded
+        self._seeded = seeded  # the runtime samples from a request's seed
 
     def sign(self, reasoning: str) -> str:
         """The opaque signature of a reasoning block: an HMAC of its text. This node does not
@@ -129,12 +141,28 @@ class Generation:
         # max_tokens, as it would at the window's end (agents send their own large defaults).
         wanted = request.sampling.max_tokens
         max_tokens = room if wanted is None else min(wanted, room)
-        sampling = dataclasses.replace(request.sampling, max_tokens=max_tokens)
+        sampling = dataclasses.replace(
+            request.sampling, max_tokens=max_tokens, seed=self._seed(request)
+        )
         calls = self.renderer.family.tools
         if not request.tools or request.tool_choice.kind is ToolChoiceKind.NONE:
             calls = None
         engine_request = EngineRequest(request_id, prompt.ids, sampling, constraint)
         return Prepared(request, prompt, engine_request, calls, thinking)
+
+    def _seed(self, request: GenerateRequest) -> int | None:
+        """The request's seed, or a fresh random one: a seeded runtime would otherwise sample
+        every unseeded request from the same seed. None where the runtime takes no seed."""
+        if not self._seeded:
+            return None
+        seed = request.sampling.seed
+        return secrets.randbits(63) if seed is None else seed
+
+    def _token_logprob(self, token: EngineLogprob) -> TokenLogprob:
+        top = tuple(self._token_logprob(choice) for choice in token.top)
+        return TokenLogprob(
+            token.text, token.logprob, self.renderer.token_bytes(token.token_id), top
+        )
 
     def _check_supported(self, request: GenerateRequest) -> None:
         for image in request.images():
@@ -148,8 +176,11 @@ class Generation:
             raise UnsupportedParameter(
                 f"{self.card.id} has no known tool-call format", param="tools"
             )
-        if request.sampling.logprobs:
-            raise UnsupportedParameter("logprobs are not available on this node", param="logprobs")
+        if request.sampling.seed is not None and not self._seeded:
+            raise UnsupportedParameter(
+                "seed: this node samples without seeds (--deterministic-sampling off)",
+                param="seed",
+            )
         if request.thinking.mode is not ThinkingMode.DISABLED and not self.renderer.family.thinking:
             raise UnsupportedParameter(
                 f"{self.card.id} has no known reasoning format", param="thinking"
@@ -172,6 +203,8 @@ class Generation:
                         timing.mark("ttft")
                     record.completion_tokens = output.completion_tokens
                     tracker.output(output.completion_tokens)
+                    if output.logprobs and prepared.request.sampling.logprobs:
+                        yield Logprobs(tuple(map(self._token_logprob, output.logprobs)))
                     for event in parser.feed(output.text):
                         yield event
                     if output.finish is not None:

@@ -50,6 +50,7 @@ class PromptRenderer:
     def __init__(self, tokenizer: Tokenizer, family: ModelFamily) -> None:
         self._tokenizer = tokenizer
         self.family = family
+        self.token_bytes = TokenBytes(tokenizer)
 
     def render(self, request: GenerateRequest) -> Prompt:
         """A trailing assistant turn is left open: the answer continues where it ends. With a
@@ -158,6 +159,46 @@ def _tool_json(tool: Tool) -> dict[str, Any]:
         function["description"] = tool.description
     function["parameters"] = tool.input_schema
     return {"type": "function", "function": function}
+
+
+class TokenBytes:
+    """A token's exact bytes, for logprobs: from a byte-level BPE vocabulary (GPT-2's byte to
+    character table, reversed), else from decoding the token alone. Memoized per token id."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tokenizer = tokenizer
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        decoder = type(getattr(backend, "decoder", None)).__name__
+        self._byte_level = decoder == "ByteLevel" and hasattr(tokenizer, "convert_ids_to_tokens")
+        self._known: dict[int, bytes] = {}
+
+    def __call__(self, token_id: int) -> bytes:
+        found = self._known.get(token_id)
+        if found is None:
+            found = self._known[token_id] = self._bytes(token_id)
+        return found
+
+    def _bytes(self, token_id: int) -> bytes:
+        if self._byte_level:
+            piece = getattr(self._tokenizer, "convert_ids_to_tokens")(token_id)  # noqa: B009
+            if isinstance(piece, str) and all(char in _BYTE_OF for char in piece):
+                return bytes(_BYTE_OF[char] for char in piece)
+        return self._tokenizer.decode([token_id]).encode()
+
+
+def _byte_of_char() -> dict[str, int]:
+    """GPT-2's byte-level alphabet: each byte as a printable character, reversed."""
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    chars = {byte: chr(byte) for byte in printable}
+    extra = 0
+    for byte in range(256):
+        if byte not in chars:
+            chars[byte] = chr(256 + extra)
+            extra += 1
+    return {char: byte for byte, char in chars.items()}
+
+
+_BYTE_OF = _byte_of_char()  # a constant table
 
 
 def load_tokenizer(path: str) -> Tokenizer:

@@ -123,7 +123,12 @@ class ServerState:
         self.decode_options = self._decode_options(family)
         renderer = PromptRenderer(tokenizer, family)
         self.generation = Generation(
-            engine, renderer, card, secrets.token_bytes(32), self.settings.max_queue_wait
+            engine,
+            renderer,
+            card,
+            secrets.token_bytes(32),
+            self.settings.max_queue_wait,
+            seeded=engine.seeded,
         )
         self.on_engine_started()
         log.info("serving %s, ready in %.1f s", card.id, time.monotonic() - started)

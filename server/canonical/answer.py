@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from server.canonical.events import (
     Event,
     Finish,
+    Logprobs,
     TextDelta,
     ThinkingDelta,
     ThinkingEnd,
+    TokenLogprob,
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
@@ -26,6 +28,7 @@ Block = Text | Thinking | ToolCall
 class Answer:
     content: tuple[Block, ...]  # in the order the model wrote them
     finish: Finish
+    logprobs: tuple[TokenLogprob, ...] = ()  # each generated token's, when asked for
 
     @property
     def text(self) -> str:
@@ -46,9 +49,12 @@ async def fold(events: AsyncGenerator[Event, None]) -> Answer:
     pieces: list[str] = []  # the part being written: text, reasoning, or a call's arguments
     thinking: list[str] = []
     call: ToolCallStart | None = None
+    logprobs: list[TokenLogprob] = []
     async with aclosing(events):
         async for event in events:
-            if isinstance(event, TextDelta):
+            if isinstance(event, Logprobs):
+                logprobs.extend(event.tokens)
+            elif isinstance(event, TextDelta):
                 pieces.append(event.text)
             elif isinstance(event, ThinkingDelta):
                 thinking.append(event.text)
@@ -66,7 +72,7 @@ async def fold(events: AsyncGenerator[Event, None]) -> Answer:
                 call = None
             elif isinstance(event, Finish):
                 _flush_text(content, pieces)
-                return Answer(tuple(content), event)
+                return Answer(tuple(content), event, tuple(logprobs))
     raise RuntimeError("the event stream ended without a finish")
 
 

@@ -65,6 +65,24 @@ class ToolCallEnd:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """A generated token (or an alternative to it): its text, log probability and exact bytes
+    (a token may hold part of a character, which its text cannot show)."""
+
+    token: str
+    logprob: float
+    utf8: bytes
+    top: tuple[TokenLogprob, ...] = ()  # the most likely tokens at its place, most likely first
+
+
+@dataclass(frozen=True, slots=True)
+class Logprobs:
+    """The log probabilities of the tokens whose text the events after it carry."""
+
+    tokens: tuple[TokenLogprob, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Finish:
     reason: FinishReason
     usage: Usage
@@ -72,5 +90,12 @@ class Finish:
 
 
 Event = (
-    TextDelta | ThinkingDelta | ThinkingEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | Finish
+    TextDelta
+    | ThinkingDelta
+    | ThinkingEnd
+    | ToolCallStart
+    | ToolCallDelta
+    | ToolCallEnd
+    | Logprobs
+    | Finish
 )

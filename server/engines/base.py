@@ -64,13 +64,23 @@ class EngineFinish:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineLogprob:
+    token_id: int
+    text: str
+    logprob: float
+    top: tuple[EngineLogprob, ...] = ()  # most likely first
+
+
+@dataclass(frozen=True, slots=True)
 class EngineOutput:
     """New text since the previous output (outputs may coalesce several tokens), and on the last
-    one the finish. A stop string is never part of the text."""
+    one the finish. A stop string is never part of the text. With logprobs asked for
+    (`sampling.logprobs`), those of the tokens that make up `text`."""
 
     text: str
     completion_tokens: int
     finish: EngineFinish | None = None
+    logprobs: tuple[EngineLogprob, ...] = ()
 
 
 class Engine(Protocol):
@@ -84,6 +94,11 @@ class Engine(Protocol):
 
     @property
     def is_ready(self) -> bool: ...
+
+    @property
+    def seeded(self) -> bool:
+        """The runtime samples from each request's seed (known once `start()` returned)."""
+        ...
 
     @property
     def running_requests(self) -> int:

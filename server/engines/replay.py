@@ -33,6 +33,10 @@ class ReplayEngine:
         return self._limits
 
     @property
+    def seeded(self) -> bool:
+        return False  # it does not sample
+
+    @property
     def is_ready(self) -> bool:
         return True
 

@@ -16,6 +16,7 @@ class ResponseContext:
     prompt_tokens: int
     created: int  # Unix seconds
     timing: Timing
+    logprobs: bool = False  # the request asked for them
 
     def b3os(self, *, streamed: bool) -> dict[str, Any]:
         """The B3OS extension object: where the answer ran and server-side milliseconds from the

@@ -126,6 +126,7 @@ async def answer(
         prompt_tokens=prepared.prompt.num_tokens,
         created=int(time.time()),
         timing=g.timing,
+        logprobs=request_.sampling.logprobs,
     )
     events = generation.events(prepared, record, tracker)
     try:

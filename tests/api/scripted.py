@@ -44,6 +44,7 @@ class ScriptedEngine:
     scripts: deque[list[Step]] = field(default_factory=deque)
     limits: EngineLimits = field(default_factory=lambda: EngineLimits(8192, 8185, 8190))
     is_ready: bool = True
+    seeded: bool = True
     running_requests: int = 0
     requests: list[EngineRequest] = field(default_factory=list)  # what reached the engine
 

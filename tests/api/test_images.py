@@ -15,12 +15,12 @@ from typing import Any
 import httpx
 import pytest
 from PIL import Image
-from transformers import AutoTokenizer
 
 from server.config import Settings, default_cache_dir
 from server.images.decode import TOKENS_PER_IMAGE
 from server.images.loader import ImageLoader
 from server.models.embedded import ensure_converted
+from server.prompt import load_tokenizer
 from tests.api.scripted import ScriptedServer, end, scripted_server, text
 from tests.image_server import PHOTO, ImageServer, png
 from tests.server_process import free_port
@@ -57,7 +57,7 @@ def vision(
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Any:
-    return AutoTokenizer.from_pretrained(ensure_converted(default_cache_dir()))
+    return load_tokenizer(str(ensure_converted(default_cache_dir())))
 
 
 @pytest.fixture

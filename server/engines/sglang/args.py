@@ -7,6 +7,7 @@ from typing import Any
 from server.canonical import Sampling
 from server.config import Settings
 from server.engines.base import Constraint
+from server.engines.sglang.cpu_compat import cpu_has_amx
 from server.models.source import ModelSource
 
 # On a CPU SGLang sizes its KV cache from free RAM; bound it (tokens, all requests together).
@@ -49,9 +50,27 @@ def server_args(settings: Settings, source: ModelSource) -> dict[str, Any]:
         "max_total_tokens": settings.max_total_tokens,
     }
     args.update({key: value for key, value in optional.items() if value is not None})
+    if settings.deterministic_sampling:
+        # SGLang honours a request's sampling seed only in its deterministic mode.
+        args["enable_deterministic_inference"] = True
     if device == "cpu":
         args.setdefault("max_total_tokens", CPU_MAX_TOTAL_TOKENS)
+        if settings.deterministic_sampling:  # SGLang's choice on a GPU; on a CPU, this one
+            args["attention_backend"] = "intel_amx" if cpu_has_amx() else "torch_native"
     return args
+
+
+def logprob_options(sampling: Sampling) -> dict[str, Any]:
+    """SGLang's generate arguments for the answer tokens' logprobs (none of the prompt's), with
+    each token's text."""
+    if not sampling.logprobs:
+        return {}
+    return {
+        "return_logprob": True,
+        "top_logprobs_num": sampling.top_logprobs or 0,
+        "logprob_start_len": -1,
+        "return_text_in_logprobs": True,
+    }
 
 
 def to_sampling_params(sampling: Sampling, constraint: Constraint | None = None) -> dict[str, Any]:

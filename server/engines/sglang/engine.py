@@ -12,8 +12,8 @@ from typing import Any
 from server.config import Settings
 from server.engines.base import EngineLimits, EngineOutput, EngineRequest
 from server.engines.sglang import cpu_compat
-from server.engines.sglang.args import server_args, to_sampling_params
-from server.engines.sglang.outputs import finish_of, limits
+from server.engines.sglang.args import logprob_options, server_args, to_sampling_params
+from server.engines.sglang.outputs import finish_of, limits, logprobs_of
 from server.errors import BackendUnavailable, ContextLengthExceeded, InvalidRequest
 from server.models.source import ModelSource
 
@@ -30,6 +30,10 @@ class SGLangEngine:
     @property
     def limits(self) -> EngineLimits:
         return self._limits
+
+    @property
+    def seeded(self) -> bool:
+        return self._settings.deterministic_sampling
 
     @property
     def is_ready(self) -> bool:
@@ -94,20 +98,30 @@ class SGLangEngine:
     async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
         if self._engine is None:
             raise BackendUnavailable("the model runtime is starting; retry shortly", retry_after=5)
-        stream = await self._engine.async_generate(
+        from sglang.srt.managers.io_struct import GenerateReqInput
+
+        # What Engine.async_generate builds, with the fields it does not pass on (token texts).
+        obj = GenerateReqInput(
             input_ids=request.prompt_ids,
             sampling_params=to_sampling_params(request.sampling, request.constraint),
             image_data=request.image_data(),
             stream=True,
             rid=request.request_id,
+            **logprob_options(request.sampling),
         )
+        stream = self._engine.tokenizer_manager.generate_request(obj, None)
         finished = False
         try:
             async for chunk in _mapped_errors(stream):
                 meta = chunk["meta_info"]
                 finish = finish_of(meta, request)
                 finished = finish is not None
-                yield EngineOutput(chunk.get("text") or "", meta["completion_tokens"], finish)
+                yield EngineOutput(
+                    chunk.get("text") or "",
+                    meta["completion_tokens"],
+                    finish,
+                    logprobs_of(meta, finish),
+                )
                 if finished:
                     return
         finally:

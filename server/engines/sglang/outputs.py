@@ -7,7 +7,13 @@ import logging
 import re
 from typing import Any
 
-from server.engines.base import EngineFinish, EngineLimits, EngineRequest, StopKind
+from server.engines.base import (
+    EngineFinish,
+    EngineLimits,
+    EngineLogprob,
+    EngineRequest,
+    StopKind,
+)
 from server.errors import (
     BackendUnavailable,
     ConstraintRejected,
@@ -60,6 +66,37 @@ def finish_of(meta: dict[str, Any], request: EngineRequest) -> EngineFinish | No
         raise error_of(reason.get("status_code"), str(reason.get("message") or ""), request)
     log.error("unexpected SGLang finish reason for %s: %r", request.request_id, reason)
     raise InferError("the model runtime failed to produce this answer")
+
+
+def logprobs_of(
+    meta: dict[str, Any], finish: EngineFinish | None, skip: int = 0
+) -> tuple[EngineLogprob, ...]:
+    """The logprobs of a chunk's tokens (past the first `skip`, where the runtime repeats them
+    all), without those of the end-of-turn token or of a stop string, which are not text."""
+    entries = meta.get("output_token_logprobs") or []
+    tops = meta.get("output_top_logprobs") or []
+    found = [
+        EngineLogprob(
+            int(token_id),
+            text or "",
+            float(logprob),
+            tuple(_alternatives(tops[index] if index < len(tops) else None)),
+        )
+        for index, (logprob, token_id, text) in enumerate(entries)
+        if index >= skip
+    ]
+    if finish is not None and finish.kind is StopKind.END_OF_TURN and found:
+        found.pop()
+    elif finish is not None and finish.kind is StopKind.STOP_STRING and finish.matched:
+        rest = finish.matched
+        while found and rest and found[-1].text and rest.endswith(found[-1].text):
+            rest = rest[: -len(found.pop().text)]
+    return tuple(found)
+
+
+def _alternatives(top: list[Any] | None) -> list[EngineLogprob]:
+    choices = [EngineLogprob(int(i), t or "", float(lp)) for lp, i, t in top or ()]
+    return sorted(choices, key=lambda choice: choice.logprob, reverse=True)
 
 
 def error_of(status: Any, message: str, request: EngineRequest) -> InferError:

@@ -1,6 +1,11 @@
 """b3os-infer's SGLang plugin (entry point group `sglang.srt.plugins`), which SGLang loads in
-each of its processes: on a CPU without AMX, where SGLang serves with its plain-torch attention,
-it installs the faster prefill of `cpu_attention.py`. Anywhere else it does nothing."""
+each of its processes (the main one first, before it reads its arguments). Everywhere, it lets
+seeded sampling take min_p (`seeded_sampling.py`). On a CPU it makes
+SGLang's deterministic inference, which seeded sampling rests on, available there: the CPU
+attention backends join SGLang's deterministic lists (they compute each request alone, so the
+radix cache stays on), SGLang's batch-invariant kernels, Triton and GPU-only, are not
+installed, and its seeded sampler runs eagerly. On a CPU without AMX it also installs the faster
+prefill of `cpu_attention.py`."""
 
 from __future__ import annotations
 
@@ -9,10 +14,18 @@ import os
 
 log = logging.getLogger(__name__)
 
+CPU_ATTENTION_BACKENDS = ("torch_native", "intel_amx")
+BATCH_INVARIANT_MODE = (
+    "sglang.srt.model_executor.model_runner.ModelRunner.maybe_enable_batch_invariant_mode"
+)
+SEEDED_MULTINOMIAL = "sglang.srt.layers.sampler.multinomial_with_seed"
+
 
 def register() -> None:
+    _seeded_min_p()
     if os.environ.get("SGLANG_USE_CPU_ENGINE") != "1":
         return
+    _deterministic_inference_on_cpu()
     import torch
 
     if torch.cpu._is_amx_tile_supported():
@@ -25,3 +38,37 @@ def register() -> None:
     original = TorchNativeAttnBackend._run_sdpa_forward_extend
     HookRegistry.register(TARGET, new_tokens_only(original), HookType.REPLACE)
     log.info("plain-torch attention: prefill attends from new tokens only")
+
+
+def _seeded_min_p() -> None:
+    from sglang.srt.layers import sampler
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    from server.engines.sglang.seeded_sampling import TARGET, min_p_first
+
+    original = sampler.top_k_top_p_min_p_sampling_from_probs_torch
+    HookRegistry.register(TARGET, min_p_first(original), HookType.REPLACE)
+
+
+def _deterministic_inference_on_cpu() -> None:
+    from sglang.srt.arg_groups import choices
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    for options in (
+        choices.DETERMINISTIC_ATTENTION_BACKEND_CHOICES,
+        choices.RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND,
+    ):
+        options.extend(b for b in CPU_ATTENTION_BACKENDS if b not in options)
+    HookRegistry.register(BATCH_INVARIANT_MODE, _no_batch_invariant_mode, HookType.REPLACE)
+    # SGLang wraps its seeded sampler in torch.compile, which on a CPU builds C++ at the first
+    # sampled token (seconds, and a compiler): the eager function it wraps, instead.
+    from sglang.srt.layers import sampler
+
+    eager = getattr(sampler.multinomial_with_seed, "_torchdynamo_orig_callable", None)
+    if eager is not None:
+        HookRegistry.register(SEEDED_MULTINOMIAL, eager, HookType.REPLACE)
+
+
+def _no_batch_invariant_mode(self: object) -> None:
+    """SGLang's batch-invariant matmul and softmax are Triton kernels: none on a CPU."""
+    del self

@@ -19,8 +19,8 @@ import httpx
 
 from server.config import Settings
 from server.engines.base import EngineLimits, EngineOutput, EngineRequest
-from server.engines.sglang.args import to_sampling_params
-from server.engines.sglang.outputs import error_of, finish_of, limits
+from server.engines.sglang.args import logprob_options, to_sampling_params
+from server.engines.sglang.outputs import error_of, finish_of, limits, logprobs_of
 from server.errors import BackendUnavailable, InferError
 from server.models.embedded import ModelSetupError
 from server.models.source import ModelSource
@@ -46,6 +46,7 @@ class SGLangRemoteEngine:
         self._limits = EngineLimits(0, 0, 0)
         self._cumulative_text = False  # SGLang streams the whole text so far unless told not to
         self._ready = False
+        self._seeded = False
         self._running = 0
         self._recheck = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()  # the health watch, aborts in flight
@@ -53,6 +54,11 @@ class SGLangRemoteEngine:
     @property
     def limits(self) -> EngineLimits:
         return self._limits
+
+    @property
+    def seeded(self) -> bool:
+        """Whether the remote runs SGLang's deterministic inference, as its server info says."""
+        return self._seeded
 
     @property
     def is_ready(self) -> bool:
@@ -92,6 +98,13 @@ class SGLangRemoteEngine:
         info = await self._wait_for_remote()
         self._limits = self._limits_from(info)
         self._cumulative_text = not info.get("incremental_streaming_output", False)
+        self._seeded = bool(info.get("enable_deterministic_inference", False))
+        if not self._seeded:
+            log.warning(
+                "SGLang at %s runs without --enable-deterministic-inference: requests with a "
+                "seed are refused",
+                self._url,
+            )
         self._ready = True
         self._spawn(self._watch_health())
         log.info(
@@ -119,6 +132,7 @@ class SGLangRemoteEngine:
             "sampling_params": to_sampling_params(request.sampling, request.constraint),
             "stream": True,
             "rid": request.request_id,
+            **logprob_options(request.sampling),
         }
         if request.images:
             body["image_data"] = request.image_data()
@@ -129,17 +143,22 @@ class SGLangRemoteEngine:
                 if response.status_code != httpx.codes.OK:
                     raise await self._status_error(response, request)
                 text_so_far = ""
+                logprobs_so_far = 0
                 async for chunk in _chunks(response):
                     if "error" in chunk:
                         error = chunk["error"]
                         raise error_of(error.get("code"), str(error.get("message")), request)
                     meta = chunk["meta_info"]
                     text = chunk.get("text") or ""
+                    skip = 0
                     if self._cumulative_text:
                         text, text_so_far = text[len(text_so_far) :], text
+                        skip = logprobs_so_far
+                        logprobs_so_far = len(meta.get("output_token_logprobs") or ())
                     finish = finish_of(meta, request)
                     finished = finish is not None
-                    yield EngineOutput(text, int(meta["completion_tokens"]), finish)
+                    logprobs = logprobs_of(meta, finish, skip)
+                    yield EngineOutput(text, int(meta["completion_tokens"]), finish, logprobs)
                     if finished:
                         break
             self._ready = True

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from server.canonical import (
@@ -10,8 +11,10 @@ from server.canonical import (
     Event,
     Finish,
     FinishReason,
+    Logprobs,
     TextDelta,
     ThinkingDelta,
+    TokenLogprob,
     ToolCall,
     ToolCallDelta,
     ToolCallStart,
@@ -51,6 +54,22 @@ def usage(finish: Finish) -> dict[str, Any]:
     }
 
 
+def logprobs_body(tokens: Sequence[TokenLogprob]) -> dict[str, Any]:
+    """OpenAI's `choices[].logprobs`: each token, its logprob, its bytes, its alternatives."""
+    return {"content": [_token(token, top=True) for token in tokens], "refusal": None}
+
+
+def _token(token: TokenLogprob, *, top: bool) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "token": token.token,
+        "logprob": token.logprob,
+        "bytes": list(token.utf8),
+    }
+    if top:
+        entry["top_logprobs"] = [_token(choice, top=False) for choice in token.top]
+    return entry
+
+
 def completion_body(answer: Answer, context: ResponseContext) -> dict[str, Any]:
     calls = answer.tool_calls
     message: dict[str, Any] = {
@@ -71,7 +90,7 @@ def completion_body(answer: Answer, context: ResponseContext) -> dict[str, Any]:
             {
                 "index": 0,
                 "message": message,
-                "logprobs": None,
+                "logprobs": logprobs_body(answer.logprobs) if context.logprobs else None,
                 "finish_reason": FINISH_REASONS[answer.finish.reason],
             }
         ],
@@ -98,11 +117,19 @@ class ChunkStream:
         self._context = context
         self._include_usage = include_usage
         self._sent_role = False
+        self._logprobs: list[TokenLogprob] = []  # tokens whose text has not been sent yet
 
     def start(self) -> bytes:
         return b""
 
-    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    def _chunk(
+        self, delta: dict[str, Any], finish_reason: str | None = None, *, logprobs: bool = False
+    ) -> dict[str, Any]:
+        """A chunk; with `logprobs`, carrying those of the tokens held since the last one."""
+        found = None
+        if logprobs and self._logprobs:
+            found = logprobs_body(self._logprobs)
+            self._logprobs = []
         chunk: dict[str, Any] = {
             "id": completion_id(self._context.request_id),
             "object": "chat.completion.chunk",
@@ -110,7 +137,7 @@ class ChunkStream:
             "model": self._context.model,
             "system_fingerprint": None,
             "choices": [
-                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+                {"index": 0, "delta": delta, "logprobs": found, "finish_reason": finish_reason}
             ],
         }
         if self._include_usage:
@@ -124,8 +151,18 @@ class ChunkStream:
         return {"role": "assistant"}
 
     def encode(self, event: Event) -> bytes:
+        if isinstance(event, Logprobs):
+            self._logprobs.extend(event.tokens)  # sent with the text they make
+            return b""
         if isinstance(event, TextDelta):
-            return sse.event(self._chunk({**self._role(), "content": event.text}))
+            delta = {**self._role(), "content": event.text}
+            return sse.event(self._chunk(delta, logprobs=True))
+        held = b""
+        if self._logprobs:  # tokens that made no text: reasoning, a tool call, an ending
+            held = sse.event(self._chunk({**self._role()}, logprobs=True))
+        return held + self._encode_other(event)
+
+    def _encode_other(self, event: Event) -> bytes:
         if isinstance(event, ThinkingDelta):
             return sse.event(self._chunk({**self._role(), "reasoning_content": event.text}))
         if isinstance(event, ToolCallStart):

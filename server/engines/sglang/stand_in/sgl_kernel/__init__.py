@@ -2,7 +2,9 @@
 
 In CPU mode SGLang 0.5.23 imports a few CPU kernels at module load. Without AMX its layers take
 their plain-torch paths, and of these names only `assign_req_to_token_pool_cpu` is ever called; it
-is implemented here in torch. The others exist so the imports succeed and fail loudly if reached.
+is implemented here in torch, as is the op seeded sampling calls,
+`torch.ops.sgl_kernel.murmur_hash32_cpu`. The others exist so the imports succeed and fail
+loudly if reached.
 This module must not define `torch.ops.sgl_kernel.convert_weight_packed`: SGLang reads that op as
 "the AMX backend is available".
 """
@@ -32,6 +34,53 @@ def assign_req_to_token_pool_cpu(
         count = end - start
         req_to_token[row, start:end] = out_cache_loc[position : position + count]
         position += count
+
+
+_M32 = 0xFFFFFFFF
+
+
+def _rotl(x: torch.Tensor, r: int) -> torch.Tensor:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def _mix(h: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """One MurmurHash3 (32-bit) block: values held in int64, products kept to their low 32 bits."""
+    k = _rotl((k * 0xCC9E2D51) & _M32, 15)
+    h = _rotl(h ^ ((k * 0x1B873593) & _M32), 13)
+    return (h * 5 + 0xE6546B64) & _M32
+
+
+def _fmix(h: torch.Tensor) -> torch.Tensor:
+    h = ((h ^ (h >> 16)) * 0x85EBCA6B) & _M32
+    h = ((h ^ (h >> 13)) * 0xC2B2AE35) & _M32
+    return h ^ (h >> 16)
+
+
+def murmur_hash32_cpu(
+    seed: torch.Tensor, positions: torch.Tensor, col_indices: torch.Tensor
+) -> torch.Tensor:
+    """SGLang's seeded-sampling hash (its Triton kernel, in torch): out[i, j] is MurmurHash3 of
+    the 16 bytes seed[i] (low, then high word), positions[i], col_indices[j]; uint32, (n, m)."""
+    seed = seed.view(torch.int64) if seed.dtype == torch.uint64 else seed.to(torch.int64)
+    h = _mix(torch.zeros_like(seed), seed & _M32)
+    h = _mix(h, (seed >> 32) & _M32)
+    h = _mix(h, positions.to(torch.int64) & _M32)
+    h = _mix(h.view(-1, 1), (col_indices.to(torch.int64) & _M32).view(1, -1))
+    return _fmix(h ^ 16).to(torch.uint32)
+
+
+# Registered once per process, as SGLang's CPU build registers its ops: `torch.ops.sgl_kernel.*`.
+_murmur_op = torch.library.custom_op(
+    "sgl_kernel::murmur_hash32_cpu", mutates_args=(), device_types="cpu"
+)(murmur_hash32_cpu)
+
+
+@_murmur_op.register_fake
+def _murmur_hash32_shape(
+    seed: torch.Tensor, positions: torch.Tensor, col_indices: torch.Tensor
+) -> torch.Tensor:
+    del positions
+    return seed.new_empty((seed.shape[0], col_indices.shape[0]), dtype=torch.uint32)
 
 
 def _missing(name: str) -> Callable[..., None]:
