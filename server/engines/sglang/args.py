@@ -7,7 +7,6 @@ from typing import Any
 from server.canonical import Sampling
 from server.config import Settings
 from server.engines.base import Constraint
-from server.engines.sglang.cpu_compat import cpu_has_amx
 from server.models.source import ModelSource
 
 # On a CPU SGLang sizes its KV cache from free RAM; bound it (tokens, all requests together).
@@ -55,8 +54,11 @@ def server_args(settings: Settings, source: ModelSource) -> dict[str, Any]:
         args["enable_deterministic_inference"] = True
     if device == "cpu":
         args.setdefault("max_total_tokens", CPU_MAX_TOTAL_TOKENS)
-        if settings.deterministic_sampling:  # SGLang's choice on a GPU; on a CPU, this one
-            args["attention_backend"] = "intel_amx" if cpu_has_amx() else "torch_native"
+        if settings.deterministic_sampling:
+            # SGLang's deterministic mode wants a named backend (on a GPU it picks one). SGLang's
+            # own CPU default is named: intel_amx, which falls back to torch_native without AMX
+            # after the check that would turn off CPU decode graphs for torch_native by name.
+            args["attention_backend"] = "intel_amx"
     return args
 
 
