@@ -50,7 +50,8 @@ def decode_chat(body: Any) -> tuple[GenerateRequest, ChatOptions]:
         response_format=_response_format(fields),
         thinking=_thinking(fields),
     )
-    fields.integer("n", minimum=1, maximum=1)
+    if fields.integer("n", minimum=1) not in (None, 1):
+        raise InvalidRequest("n: this node answers with one choice; only 1 is supported", param="n")
     options = ChatOptions(
         include_usage=_include_usage(fields),
         route="gateway" if fields.choice("route", ("local", "gateway")) == "gateway" else "local",
