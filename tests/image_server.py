@@ -21,7 +21,7 @@ from server.images.egress import REFUSED_NETWORKS, EgressGuard, IPAddress, Resol
 
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 BODY = b"\x89PNG fake but fetched"
-BIG = 11 * 1024 * 1024
+BIG = 64 * 1024 * 1024  # far past the 10 MiB cap and any socket buffer: the server must see the cut
 
 
 def png(width: int, height: int, color: str = "navy") -> bytes:
