@@ -110,7 +110,7 @@ _OPTIONS = (
     _Option(
         "db",
         "the key and metering store (SQLite), shared with `b3os-infer keys` and `usage` "
-        "(default: none, and the node runs open: no keys, metering kept in memory)",
+        "(default: none, and the node runs open: no keys, nothing metered)",
         Path,
     ),
     _Option("limits", "the limits file (TOML; default: the built-in limits)", Path),

@@ -8,7 +8,6 @@ import base64
 import dataclasses
 import hashlib
 import hmac
-import secrets
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -141,22 +140,12 @@ class Generation:
         # max_tokens, as it would at the window's end (agents send their own large defaults).
         wanted = request.sampling.max_tokens
         max_tokens = room if wanted is None else min(wanted, room)
-        sampling = dataclasses.replace(
-            request.sampling, max_tokens=max_tokens, seed=self._seed(request)
-        )
+        sampling = dataclasses.replace(request.sampling, max_tokens=max_tokens)
         calls = self.renderer.family.tools
         if not request.tools or request.tool_choice.kind is ToolChoiceKind.NONE:
             calls = None
         engine_request = EngineRequest(request_id, prompt.ids, sampling, constraint)
         return Prepared(request, prompt, engine_request, calls, thinking)
-
-    def _seed(self, request: GenerateRequest) -> int | None:
-        """The request's seed, or a fresh random one: a seeded runtime would otherwise sample
-        every unseeded request from the same seed. None where the runtime takes no seed."""
-        if not self._seeded:
-            return None
-        seed = request.sampling.seed
-        return secrets.randbits(63) if seed is None else seed
 
     def _token_logprob(self, token: EngineLogprob) -> TokenLogprob:
         top = tuple(self._token_logprob(choice) for choice in token.top)

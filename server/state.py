@@ -79,7 +79,7 @@ class ServerState:
         if self.auth.is_open:
             log.warning(
                 "NO KEY STORE (--db): this node runs OPEN. Every request is served without a "
-                "key, for the organization %r, and metering is kept in memory only",
+                "key, for the organization %r, and nothing is metered",
                 OPEN_ORG,
             )
         else:

@@ -57,12 +57,10 @@ def sglang_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     process = ServerProcess(
         tmp_path_factory.mktemp("sglang") / "sglang.log", *MODEL_ARGS, command="sglang-server"
     )
-    process.start()
     try:
-        process.wait_for("/health_generate")
-        yield process
+        with process.running("/health_generate"):
+            yield process
     finally:
-        process.stop()
         print(f"\n--- SGLang server log tail ---\n{process.log_tail(30)}")
 
 
@@ -75,12 +73,10 @@ def server(
         remote: ServerProcess = request.getfixturevalue("sglang_server")
         args += ("--engine", "sglang-remote", "--engine-url", remote.origin)
     process = ServerProcess(tmp_path_factory.mktemp("server") / "server.log", *args)
-    process.start()
     try:
-        process.wait_ready()
-        yield process
+        with process.running():
+            yield process
     finally:
-        process.stop()
         print(f"\n--- server log tail ---\n{process.log_tail(30)}")
 
 

@@ -12,6 +12,8 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -64,6 +66,16 @@ class ServerProcess:
             preexec_fn=_stop_with_parent,
             start_new_session=True,
         )
+
+    @contextmanager
+    def running(self, ready: str = "/readyz") -> Iterator[ServerProcess]:
+        """Started and, once GET `ready` answers 200, in use; stopped on leaving."""
+        self.start()
+        try:
+            self.wait_for(ready)
+            yield self
+        finally:
+            self.stop()
 
     def wait_listening(self, verify: ssl.SSLContext | bool = True) -> None:
         """Until the listener answers (the engine may still be starting)."""

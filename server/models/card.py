@@ -30,15 +30,20 @@ class ModelCard:
         }
 
 
+def folder_config(model_path: str) -> dict[str, Any] | None:
+    """The HF `config.json` of a model folder; None for a hub id or an unreadable one."""
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
 def has_vision(model_path: str) -> bool:
     """The model has a vision part: its HF config has a `vision_config` (Qwen2-VL and others)."""
-    folder = Path(model_path)
-    if folder.is_dir():
-        try:
-            config = json.loads((folder / "config.json").read_text())
-        except (OSError, ValueError):
-            return False
-        return isinstance(config, dict) and "vision_config" in config
+    if Path(model_path).is_dir():
+        config = folder_config(model_path)
+        return config is not None and "vision_config" in config
     try:  # a hub id: its config, from the local HF cache or the hub
         from transformers import AutoConfig
 

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+from dataclasses import dataclass
 
 from server.store.base import Store, UsageRecord
 
@@ -20,11 +21,20 @@ log = logging.getLogger(__name__)
 FLUSH_INTERVAL_S = 0.1
 
 
+@dataclass(slots=True)
+class _Open:
+    """A request being metered: its record as begun, and its output so far."""
+
+    record: UsageRecord
+    output_tokens: int = 0
+
+
 class Meter:
     def __init__(self, store: Store | None) -> None:
         self._store = store
-        self._records: dict[str, UsageRecord] = {}  # requests not yet ended, by id
-        self._dirty: dict[str, UsageRecord] = {}
+        self._open: dict[str, _Open] = {}  # requests not yet ended, by id
+        self._dirty: set[str] = set()  # open requests whose output grew since the last write
+        self._ended: dict[str, UsageRecord] = {}  # final records not yet written
         self._spent: dict[str, int] = {}  # key id -> tokens metered, once asked for
         self._wake = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
@@ -56,39 +66,56 @@ class Meter:
         return self._spent[key_id]
 
     def begin(self, record: UsageRecord) -> None:
-        self._records[record.request_id] = record
+        if self._store is None:
+            return  # an open node: no key, nothing to bill
+        self._open[record.request_id] = _Open(record, record.output_tokens)
         self._charge(record.key_id, record.input_tokens + record.output_tokens)
-        self._mark(record)
+        self._dirty.add(record.request_id)
 
     def progress(self, request_id: str, output_tokens: int) -> None:
-        record = self._records.get(request_id)
-        if record is None or output_tokens == record.output_tokens:
+        """On every engine output: kept cheap, the record is built when written."""
+        metered = self._open.get(request_id)
+        if metered is None or output_tokens == metered.output_tokens:
             return
-        self._update(record, output_tokens=output_tokens)
+        self._charge(metered.record.key_id, output_tokens - metered.output_tokens)
+        metered.output_tokens = output_tokens
+        self._dirty.add(request_id)
 
     def end(self, request_id: str, status: str, input_tokens: int, output_tokens: int) -> None:
-        record = self._records.pop(request_id, None)
-        if record is None:
+        metered = self._open.pop(request_id, None)
+        if metered is None:
             return
-        self._update(record, input_tokens=input_tokens, output_tokens=output_tokens, status=status)
-        self._wake.set()  # ended: written now, not at the next interval
-
-    def _update(self, record: UsageRecord, **changes: object) -> None:
-        updated = dataclasses.replace(record, **changes, updated=time.time())  # type: ignore[arg-type]
-        delta = (updated.input_tokens + updated.output_tokens) - (
-            record.input_tokens + record.output_tokens
+        self._dirty.discard(request_id)
+        begun = metered.record
+        self._charge(
+            begun.key_id, input_tokens + output_tokens - begun.input_tokens - metered.output_tokens
         )
-        self._charge(record.key_id, delta)
-        if updated.status == "running":
-            self._records[record.request_id] = updated
-        self._mark(updated)
+        self._ended[request_id] = dataclasses.replace(
+            begun,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            status=status,
+            updated=time.time(),
+        )
+        self._wake.set()  # ended: written now, not at the next interval
 
     def _charge(self, key_id: str | None, tokens: int) -> None:
         if key_id is not None and key_id in self._spent:
             self._spent[key_id] += tokens
 
-    def _mark(self, record: UsageRecord) -> None:
-        self._dirty[record.request_id] = record
+    def _pending(self) -> list[UsageRecord]:
+        """What the store has not seen yet, taken: final records and grown open ones."""
+        now = time.time()
+        records = list(self._ended.values())
+        for request_id in self._dirty:
+            metered = self._open[request_id]
+            records.append(
+                dataclasses.replace(
+                    metered.record, output_tokens=metered.output_tokens, updated=now
+                )
+            )
+        self._ended, self._dirty = {}, set()
+        return records
 
     async def _write_loop(self) -> None:
         while True:
@@ -98,13 +125,15 @@ class Meter:
             await self._flush()
 
     async def _flush(self) -> None:
-        if self._store is None or not self._dirty:
-            self._dirty.clear()
+        records = self._pending()
+        if self._store is None or not records:
             return
-        records, self._dirty = list(self._dirty.values()), {}
         try:
             await asyncio.to_thread(self._store.write_usage, records)
         except Exception:
             log.exception("metering: %d records not written; retrying", len(records))
-            for record in records:  # newer versions written meanwhile win
-                self._dirty.setdefault(record.request_id, record)
+            for record in records:  # newer versions taken meanwhile win
+                if record.request_id in self._open:
+                    self._dirty.add(record.request_id)
+                else:
+                    self._ended.setdefault(record.request_id, record)

@@ -128,14 +128,12 @@ async def answer(
         timing=g.timing,
         logprobs=request_.sampling.logprobs,
     )
+    encoder = stream(context) if request_.stream else None
+    # Made last and iterated at once on both paths: the events end the tracker however they end.
     events = generation.events(prepared, record, tracker)
-    try:
-        if not request_.stream:
-            return json_response(body(await fold(events), context))
-        return await _stream(events, stream(context), record)
-    finally:
-        if not request_.stream or record.status != "running":
-            tracker.end()  # a stream still running ends with its body
+    if encoder is None:
+        return json_response(body(await fold(events), context))
+    return await _stream(events, encoder, record)
 
 
 async def _with_images(prepared: Prepared, who: Principal, timing: Timing) -> Prepared:

@@ -105,12 +105,13 @@ class SqliteStore:
         return None if row is None else _key(row)
 
     def keys(self, org: str | None = None) -> list[KeyRecord]:
-        query = "SELECT * FROM api_keys"
-        args: tuple[str, ...] = ()
-        if org is not None:
-            query, args = query + " WHERE org = ?", (org,)
-        rows = self._connection().execute(query + " ORDER BY created", args).fetchall()
-        return [_key(row) for row in rows]
+        return [_key(row) for row in self._rows("api_keys", org)]
+
+    def _rows(self, table: str, org: str | None) -> list[sqlite3.Row]:
+        """A table's rows, oldest first, of one organization or all."""
+        where, args = ("WHERE org = ?", (org,)) if org is not None else ("", ())
+        query = f"SELECT * FROM {table} {where} ORDER BY created"  # table: ours, not input
+        return self._connection().execute(query, args).fetchall()
 
     def revoke_key(self, key_id: str) -> bool:
         with self._transaction() as db:
@@ -145,12 +146,7 @@ class SqliteStore:
             )
 
     def usage(self, org: str | None = None) -> list[UsageRecord]:
-        query = "SELECT * FROM usage"
-        args: tuple[str, ...] = ()
-        if org is not None:
-            query, args = query + " WHERE org = ?", (org,)
-        rows = self._connection().execute(query + " ORDER BY created", args).fetchall()
-        return [UsageRecord(**dict(row)) for row in rows]
+        return [UsageRecord(**dict(row)) for row in self._rows("usage", org)]
 
     def interrupt_running(self) -> int:
         with self._transaction() as db:

@@ -103,12 +103,8 @@ def node(
     }
     args = ["--engine", "sglang-remote", "--engine-url", sglang_server.origin]
     process = ServerProcess(folder / "node.log", *args, "--db", str(db), "--limits", str(limits))
-    process.start()
-    try:
-        process.wait_ready()
+    with process.running():
         yield Node(process, db, keys)
-    finally:
-        process.stop()
 
 
 def chat_body(**extra: Any) -> dict[str, Any]:
@@ -487,12 +483,8 @@ def impatient(
     args = ["--engine", "sglang-remote", "--engine-url", sglang_server.origin]
     folder = tmp_path_factory.mktemp("impatient")
     process = ServerProcess(folder / "server.log", *args, "--max-queue-wait", "0.001")
-    process.start()
-    try:
-        process.wait_ready()
+    with process.running():
         yield process
-    finally:
-        process.stop()
 
 
 def test_a_request_that_would_wait_too_long_is_refused_with_503(impatient: ServerProcess) -> None:

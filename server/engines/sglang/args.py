@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from server.canonical import Sampling
@@ -83,8 +84,9 @@ def to_sampling_params(sampling: Sampling, constraint: Constraint | None = None)
         params["top_p"] = max(sampling.top_p, TOP_P_FLOOR)
     if sampling.top_k is not None:
         params["top_k"] = sampling.top_k
-    if sampling.seed is not None:
-        params["sampling_seed"] = sampling.seed
+    # SGLang's seeded sampler gives every request without a seed the same one (42): each gets
+    # its own instead. A runtime outside deterministic mode ignores it.
+    params["sampling_seed"] = secrets.randbits(63) if sampling.seed is None else sampling.seed
     if sampling.stop:
         params["stop"] = list(sampling.stop)
     optional = {

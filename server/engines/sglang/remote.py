@@ -12,7 +12,6 @@ import json
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +21,7 @@ from server.engines.base import EngineLimits, EngineOutput, EngineRequest
 from server.engines.sglang.args import logprob_options, to_sampling_params
 from server.engines.sglang.outputs import error_of, finish_of, limits, logprobs_of
 from server.errors import BackendUnavailable, InferError
+from server.models.card import folder_config
 from server.models.embedded import ModelSetupError
 from server.models.source import ModelSource
 
@@ -326,8 +326,5 @@ def _seconds(value: str | None) -> int | None:
 
 
 def _config_context_length(model_path: str) -> int | None:
-    try:
-        config = json.loads((Path(model_path) / "config.json").read_text())
-        return int(config["max_position_embeddings"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    window = (folder_config(model_path) or {}).get("max_position_embeddings")
+    return window if isinstance(window, int) else None
