@@ -51,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     sglang_server.add_argument(
         "sglang_args", nargs=argparse.REMAINDER, help="-- then flags for SGLang's server"
     )
+    sglang_router = commands.add_parser(
+        "sglang-router",
+        help="sglang-router's own launcher (pip install sglang-router), with the CPU "
+        "compatibility piece the light install needs to import it",
+        add_help=False,
+    )
+    sglang_router.add_argument("router_args", nargs=argparse.REMAINDER, help="its flags")
     admin.add_commands(commands, lambda command: config.add_arguments(command, ("db",)))
     return parser
 
@@ -65,6 +72,9 @@ def configure_logging(level: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["sglang-router"]:  # every flag after it is the router's, --help included
+        return _sglang_router(argv[1:])
     args = build_parser().parse_args(argv)
     if (
         args.command == "sglang-server"
@@ -90,6 +100,21 @@ def _serve(settings: config.Settings) -> int:
         return asyncio.run(serve(settings))
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(serve(settings))
+
+
+def _sglang_router(router_args: list[str]) -> int:
+    """The router's launcher imports SGLang where it is installed, and with it torchvision,
+    which the light CPU install needs a fix for (server.torch_compat)."""
+    from server.torch_compat import ensure_torchvision_loadable
+
+    ensure_torchvision_loadable()
+    try:
+        from sglang_router.launch_router import launch_router, parse_router_args
+    except ImportError:
+        print("sglang-router is not installed: pip install sglang-router", file=sys.stderr)
+        return 1
+    launch_router(parse_router_args(router_args))
+    return 0
 
 
 def _sglang_server(settings: config.Settings, sglang_args: list[str]) -> int:

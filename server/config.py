@@ -53,7 +53,9 @@ class Settings:
     db: Path | None = None  # the key and metering store; None: the node runs open
     limits: Path | None = None  # the limits file; None: the defaults
     max_queue_wait: float = DEFAULT_MAX_QUEUE_WAIT_S  # 0: no bound
-    deterministic_sampling: bool = True  # SGLang's deterministic inference: seeds take effect
+    # SGLang's deterministic inference, so seeds take effect. None: on in this process; with
+    # sglang-remote, as the remote's workers run (off where that cannot be learned).
+    deterministic_sampling: bool | None = None
 
     @property
     def tls(self) -> bool:
@@ -94,7 +96,12 @@ _OPTIONS = (
     _Option("device", "cuda or cpu (default: cuda where a GPU is present, else cpu)"),
     _Option("model", "HF model folder or id (default: the embedded SmolLM2-135M-Instruct)"),
     _Option("served_model_name", "model id clients send and /v1/infer/models lists"),
-    _Option("context_length", "context window in tokens (default: the model's)", int),
+    _Option(
+        "context_length",
+        "context window in tokens (default: the model's; with sglang-remote, the workers', and "
+        "this where they cannot be asked: at most theirs)",
+        int,
+    ),
     _Option("node_name", "node name in the b3os extension (default: the host name)"),
     _Option("certfile", "TLS certificate (PEM); serves HTTP/2 and HTTP/1.1 over TLS via ALPN"),
     _Option("keyfile", "TLS private key (PEM)"),
@@ -117,7 +124,8 @@ _OPTIONS = (
     _Option(
         "deterministic_sampling",
         "on: SGLang's deterministic inference, so a request's seed repeats its answer (on a "
-        "GPU it costs throughput); off: requests with a seed are refused (default on)",
+        "GPU it costs throughput); off: requests with a seed are refused (default on; with "
+        "sglang-remote, as the remote's workers run, and a start-time check that they do)",
         _on_off,
     ),
     _Option(

@@ -95,14 +95,12 @@ class Generation:
         card: ModelCard,
         signing_key: bytes,
         max_queue_wait: float = 0.0,
-        seeded: bool = True,
     ) -> None:
         self.engine = engine
         self.renderer = renderer
         self.card = card
         self._signing_key = signing_key
         self._max_queue_wait = max_queue_wait  # seconds to the first output; 0: unbounded
-        self._seeded = seeded  # the runtime samples from a request's seed
 
     def sign(self, reasoning: str) -> str:
         """The opaque signature of a reasoning block: an HMAC of its text. This node does not
@@ -165,11 +163,9 @@ class Generation:
             raise UnsupportedParameter(
                 f"{self.card.id} has no known tool-call format", param="tools"
             )
-        if request.sampling.seed is not None and not self._seeded:
-            raise UnsupportedParameter(
-                "seed: this node samples without seeds (--deterministic-sampling off)",
-                param="seed",
-            )
+        for name, reason in self.engine.unsupported_sampling.items():
+            if getattr(request.sampling, name, None) not in (None, {}, ()):
+                raise UnsupportedParameter(f"{name}: {reason}", param=name)
         if request.thinking.mode is not ThinkingMode.DISABLED and not self.renderer.family.thinking:
             raise UnsupportedParameter(
                 f"{self.card.id} has no known reasoning format", param="thinking"

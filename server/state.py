@@ -16,7 +16,7 @@ from grammars import ModelFamily, family_for
 from server.auth.principal import OPEN_ORG, Authenticator
 from server.config import Settings
 from server.engines.base import Engine
-from server.engines.registry import create_engine
+from server.engines.registry import EngineFactory, create_engine
 from server.errors import BackendUnavailable
 from server.generation import Generation
 from server.ids import RequestIds
@@ -50,7 +50,7 @@ class ServerState:
     engine: Engine | None = None
     generation: Generation | None = None
     decode_options: DecodeOptions = field(default_factory=DecodeOptions)
-    engine_factory: Callable[[Settings, ModelSource], Engine] = create_engine
+    engine_factory: EngineFactory = create_engine
     images: ImageLoader = field(default_factory=lambda: ImageLoader(EgressGuard()))
     vision: bool | None = None  # the model takes images; None: as its config says
     # Called once the engine runs: SGLang binds signal handlers then, and the server wants SIGTERM
@@ -87,7 +87,7 @@ class ServerState:
         try:
             self.source = await asyncio.to_thread(resolve, self.settings)
             tokenizer = await asyncio.to_thread(load_tokenizer, self.source.path)
-            engine = self.engine_factory(self.settings, self.source)
+            engine = self.engine_factory(self.settings, self.source, tokenizer)
             self.engine = engine
             await engine.start()
         except asyncio.CancelledError:
@@ -128,7 +128,6 @@ class ServerState:
             card,
             secrets.token_bytes(32),
             self.settings.max_queue_wait,
-            seeded=engine.seeded,
         )
         self.on_engine_started()
         log.info("serving %s, ready in %.1f s", card.id, time.monotonic() - started)

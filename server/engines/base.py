@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal, Protocol
@@ -22,6 +22,14 @@ class EngineLimits:
         if prompt_tokens > self.max_prompt_tokens:
             return 0
         return max(0, self.max_total_tokens - prompt_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    """The runtime's own count of its requests (all its clients'), from its load report."""
+
+    running: int  # being decoded
+    waiting: int  # queued
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,17 +104,19 @@ class Engine(Protocol):
     def is_ready(self) -> bool: ...
 
     @property
-    def seeded(self) -> bool:
-        """The runtime samples from each request's seed (known once `start()` returned)."""
+    def unsupported_sampling(self) -> Mapping[str, str]:
+        """Sampling parameters the runtime cannot honour (`seed`, `logit_bias`), each with why: a
+        request that sets one is refused, never silently served without it. Known once
+        `start()` returned."""
         ...
 
     @property
     def running_requests(self) -> int:
-        """Requests the runtime is working on (queued or decoding)."""
+        """This server's requests at the runtime (queued or decoding)."""
         ...
 
-    async def queue_depth(self) -> int | None:
-        """Requests waiting in the runtime's queue, where it says (None where it does not)."""
+    async def load(self) -> EngineLoad | None:
+        """The runtime's load report, where it gives one (None where it does not)."""
         ...
 
     async def start(self) -> None: ...

@@ -1,4 +1,5 @@
-"""Engines by name; each factory imports its runtime lazily, so choosing one never loads another."""
+"""Engines by name; each factory imports its runtime lazily, so choosing one never loads another.
+A factory gets the settings, the model and the tokenizer this server renders prompts with."""
 
 from __future__ import annotations
 
@@ -7,33 +8,35 @@ from collections.abc import Callable
 from server.config import Settings
 from server.engines.base import Engine
 from server.models.source import ModelSource
+from server.prompt import Tokenizer
 
 
-def _sglang(settings: Settings, source: ModelSource) -> Engine:
+def _sglang(settings: Settings, source: ModelSource, tokenizer: Tokenizer) -> Engine:
     from server.engines.sglang.engine import SGLangEngine
 
-    return SGLangEngine(settings, source)
+    return SGLangEngine(settings, source)  # SGLang loads the model's tokenizer itself
 
 
-def _sglang_remote(settings: Settings, source: ModelSource) -> Engine:
+def _sglang_remote(settings: Settings, source: ModelSource, tokenizer: Tokenizer) -> Engine:
     from server.engines.sglang.remote import SGLangRemoteEngine
 
-    return SGLangRemoteEngine(settings, source)
+    return SGLangRemoteEngine(settings, tokenizer)
 
 
-def _replay(settings: Settings, source: ModelSource) -> Engine:
+def _replay(settings: Settings, source: ModelSource, tokenizer: Tokenizer) -> Engine:
     from server.engines.replay import ReplayEngine
 
     return ReplayEngine(settings, source)
 
 
-ENGINES: dict[str, Callable[[Settings, ModelSource], Engine]] = {
+EngineFactory = Callable[[Settings, ModelSource, Tokenizer], Engine]
+ENGINES: dict[str, EngineFactory] = {
     "sglang": _sglang,
     "sglang-remote": _sglang_remote,  # SGLang's HTTP server or sglang-router at --engine-url
     "replay": _replay,  # no model: measures the front end's own cost (python -m bench overhead)
 }
 
 
-def create_engine(settings: Settings, source: ModelSource) -> Engine:
+def create_engine(settings: Settings, source: ModelSource, tokenizer: Tokenizer) -> Engine:
     """`settings.engine` was checked against ENGINES when the settings were read."""
-    return ENGINES[settings.engine](settings, source)
+    return ENGINES[settings.engine](settings, source, tokenizer)

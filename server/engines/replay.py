@@ -5,10 +5,17 @@ takes them. What remains of a request's time through the server is the front end
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 
 from server.config import Settings
-from server.engines.base import EngineFinish, EngineLimits, EngineOutput, EngineRequest, StopKind
+from server.engines.base import (
+    EngineFinish,
+    EngineLimits,
+    EngineLoad,
+    EngineOutput,
+    EngineRequest,
+    StopKind,
+)
 from server.models.source import ModelSource
 
 PASSAGE = (
@@ -33,8 +40,8 @@ class ReplayEngine:
         return self._limits
 
     @property
-    def seeded(self) -> bool:
-        return False  # it does not sample
+    def unsupported_sampling(self) -> Mapping[str, str]:
+        return {"seed": "the replay engine does not sample"}
 
     @property
     def is_ready(self) -> bool:
@@ -44,8 +51,8 @@ class ReplayEngine:
     def running_requests(self) -> int:
         return self._running
 
-    async def queue_depth(self) -> int | None:
-        return 0  # every request runs at once
+    async def load(self) -> EngineLoad | None:
+        return EngineLoad(self._running, 0)  # every request runs at once
 
     async def start(self) -> None:
         return None

@@ -81,7 +81,8 @@ class Metrics:
         )
         self.engine_running = Gauge(
             "b3os_infer_engine_requests",
-            "Requests at the model runtime (running or queued)",
+            "Requests at the model runtime (running or queued), all its clients' "
+            "(-1: the runtime does not say)",
             registry=r,
         )
         self.engine_queue = Gauge(

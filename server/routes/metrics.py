@@ -14,8 +14,7 @@ blueprint = Blueprint("metrics", __name__)
 async def metrics() -> Response:
     state = server_state()
     if state.generation is not None:
-        engine = state.generation.engine
-        state.metrics.engine_running.set(engine.running_requests)
-        depth = await engine.queue_depth()
-        state.metrics.engine_queue.set(-1 if depth is None else depth)
+        load = await state.generation.engine.load()
+        state.metrics.engine_running.set(-1 if load is None else load.running + load.waiting)
+        state.metrics.engine_queue.set(-1 if load is None else load.waiting)
     return Response(state.metrics.render(), content_type=CONTENT_TYPE)

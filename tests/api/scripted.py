@@ -16,6 +16,7 @@ from server.config import Settings
 from server.engines.base import (
     EngineFinish,
     EngineLimits,
+    EngineLoad,
     EngineOutput,
     EngineRequest,
     StopKind,
@@ -23,6 +24,7 @@ from server.engines.base import (
 from server.errors import InferError
 from server.images.loader import ImageLoader
 from server.models.source import ModelSource
+from server.prompt import Tokenizer
 from server.serve import hypercorn_config
 from server.state import ServerState
 
@@ -44,12 +46,12 @@ class ScriptedEngine:
     scripts: deque[list[Step]] = field(default_factory=deque)
     limits: EngineLimits = field(default_factory=lambda: EngineLimits(8192, 8185, 8190))
     is_ready: bool = True
-    seeded: bool = True
+    unsupported_sampling: dict[str, str] = field(default_factory=dict)
     running_requests: int = 0
     requests: list[EngineRequest] = field(default_factory=list)  # what reached the engine
 
-    async def queue_depth(self) -> int | None:
-        return 0
+    async def load(self) -> EngineLoad | None:
+        return EngineLoad(self.running_requests, 0)
 
     async def start(self) -> None:
         return None
@@ -82,7 +84,9 @@ class ScriptedServer:
         self._stop: asyncio.Event | None = None
         self.state: ServerState | None = None
 
-    def _factory(self, settings: Settings, source: ModelSource) -> ScriptedEngine:
+    def _factory(
+        self, settings: Settings, source: ModelSource, tokenizer: Tokenizer
+    ) -> ScriptedEngine:
         return self.engine
 
     def _run(self) -> None:

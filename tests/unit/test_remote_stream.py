@@ -1,140 +1,102 @@
-"""How the sglang-remote engine reads SGLang's `/generate` stream in the forms the tests' real
-SGLang server is not started in: cumulative text (SGLang's default), an error chunk, and error
-statuses. The real server, crash and restart included, is in tests/api/test_remote_engine.py."""
+"""How the sglang-remote engine reads SGLang's `/generate` chunks, in the forms the tests' real
+SGLang servers are not started in: cumulative text (SGLang's default), told apart from deltas by
+the stream itself, mixed behind one router, and error chunks. The real servers, through a real
+router, are in tests/api/test_router.py."""
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import dataclasses
-import json
-from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 
 from server.canonical import Sampling
-from server.config import Settings
-from server.engines.base import EngineOutput, EngineRequest, StopKind
-from server.engines.sglang.remote import SGLangRemoteEngine
-from server.errors import BackendUnavailable, ConstraintRejected, InferError
-from server.models.source import ModelSource
+from server.engines.base import EngineRequest, StopKind
+from server.engines.sglang.stream import StreamReader
+from server.errors import ConstraintRejected, InternalError
 
 REQUEST = EngineRequest("req_" + "0" * 26, [1, 2, 3], Sampling(max_tokens=8))
+STOP = {"type": "stop", "matched": 2}
 
 
-def sse(*chunks: dict[str, Any]) -> bytes:
-    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + (
-        b"data: [DONE]\n\n"
-    )
-
-
-def chunk(text: str, tokens: int, finish: dict[str, Any] | None = None) -> dict[str, Any]:
+def chunk(
+    text: str, ids: list[int] | None, tokens: int, finish: dict[str, Any] | None = None
+) -> dict[str, Any]:
     meta = {"prompt_tokens": 3, "completion_tokens": tokens, "finish_reason": finish}
-    return {"text": text, "meta_info": meta}
+    found: dict[str, Any] = {"text": text, "meta_info": meta}
+    if ids is not None:
+        found["output_ids"] = ids
+    return found
 
 
-def run(
-    handler: Callable[[httpx.Request], httpx.Response], *, cumulative: bool
-) -> tuple[list[EngineOutput], list[str]]:
-    """The outputs of one request, and the paths the engine called."""
-    calls: list[str] = []
-
-    def recording(request: httpx.Request) -> httpx.Response:
-        calls.append(request.url.path)
-        return handler(request)
-
-    async def main() -> list[EngineOutput]:
-        settings = Settings(engine="sglang-remote", engine_url="http://remote:30000")
-        engine = SGLangRemoteEngine(settings, ModelSource("/m", "m"))
-        transport = httpx.MockTransport(recording)
-        engine._client = httpx.AsyncClient(transport=transport, base_url="http://remote:30000")
-        engine._cumulative_text = cumulative
-        try:
-            return [output async for output in engine.generate(REQUEST)]
-        finally:
-            await engine.close()
-
-    return asyncio.run(main()), calls
+def read(chunks: list[dict[str, Any]], said: bool | None = None) -> list[str]:
+    reader = StreamReader(REQUEST, said)
+    return [reader.read(c).text for c in chunks]
 
 
-def test_cumulative_text_becomes_deltas() -> None:
-    body = sse(
-        chunk("He", 1), chunk("Hello", 2), chunk("Hello!", 3, {"type": "stop", "matched": 2})
-    )
-    outputs, calls = run(lambda r: httpx.Response(200, content=body), cumulative=True)
-    assert [o.text for o in outputs] == ["He", "llo", "!"]
-    assert outputs[-1].finish is not None
-    assert outputs[-1].finish.kind is StopKind.END_OF_TURN
-    assert calls == ["/generate"]  # finished: nothing to abort
+def test_cumulative_text_becomes_deltas_with_no_one_saying_so() -> None:
+    chunks = [chunk("He", [10], 1), chunk("Hello", [10, 11], 2), chunk("Hello!", [10, 11, 2], 3)]
+    assert read(chunks) == ["He", "llo", "!"]
 
 
-def test_incremental_text_is_taken_as_is() -> None:
-    body = sse(chunk("He", 1), chunk("llo", 2, {"type": "length", "length": 2}))
-    outputs, _ = run(lambda r: httpx.Response(200, content=body), cumulative=False)
-    assert [o.text for o in outputs] == ["He", "llo"]
+def test_incremental_text_is_taken_as_is_with_no_one_saying_so() -> None:
+    chunks = [chunk("He", [10], 1), chunk("llo", [11], 2), chunk("!", [2], 3, STOP)]
+    assert read(chunks) == ["He", "llo", "!"]
+
+
+def test_the_stream_wins_over_what_the_runtime_said() -> None:
+    """Behind a router, the server info of one worker does not speak for another's stream."""
+    incremental = [chunk("He", [10], 1), chunk("llo", [11], 2)]
+    cumulative = [chunk("He", [10], 1), chunk("Hello", [10, 11], 2)]
+    assert read(incremental, said=True) == ["He", "llo"]
+    assert read(cumulative, said=False) == ["He", "llo"]
+
+
+def test_coalesced_chunks_are_told_apart_too() -> None:
+    """SGLang may merge several tokens into one chunk, in either mode."""
+    incremental = [chunk("One", [1, 2], 2), chunk(" two three", [3, 4, 5], 5)]
+    cumulative = [chunk("One", [1, 2], 2), chunk("One two three", [1, 2, 3, 4, 5], 5)]
+    assert read(incremental) == read(cumulative) == ["One", " two three"]
+
+
+def test_a_first_chunk_without_tokens_decides_nothing() -> None:
+    chunks = [chunk("", [], 0), chunk("Hi", [7], 1), chunk("Hi!", [7, 8], 2)]
+    assert read(chunks) == ["", "Hi", "!"]
+
+
+def test_the_finish_and_counts_are_read_from_each_chunk() -> None:
+    reader = StreamReader(REQUEST)
+    first = reader.read(chunk("He", [10], 1))
+    last = reader.read(chunk("llo", [11, 2], 3, STOP))
+    assert first.finish is None
+    assert last.completion_tokens == 3
+    assert last.finish is not None and last.finish.kind is StopKind.END_OF_TURN
+
+
+def test_cumulative_logprobs_are_those_of_the_new_tokens() -> None:
+    def entries(count: int) -> list[list[Any]]:
+        return [[-0.5, 10 + i, f"t{i}"] for i in range(count)]
+
+    reader = StreamReader(REQUEST)
+    first = chunk("t0", [10], 1)
+    first["meta_info"]["output_token_logprobs"] = entries(1)
+    second = chunk("t0t1t2", [10, 11, 12], 3)
+    second["meta_info"]["output_token_logprobs"] = entries(3)
+    assert [p.text for p in reader.read(first).logprobs] == ["t0"]
+    assert [p.text for p in reader.read(second).logprobs] == ["t1", "t2"]
+
+
+def test_without_output_ids_what_the_runtime_said_is_used() -> None:
+    chunks = [chunk("He", None, 1), chunk("Hello", None, 2)]
+    assert read(chunks, said=True) == ["He", "llo"]
+    assert read([chunk("He", None, 1), chunk("llo", None, 2)], said=False) == ["He", "llo"]
+
+
+def test_without_output_ids_or_a_word_from_the_runtime_it_fails_loudly() -> None:
+    with pytest.raises(InternalError, match="output_ids"):
+        read([chunk("He", None, 1), chunk("Hello", None, 2)])
 
 
 def test_an_error_chunk_is_mapped_to_the_same_error_as_in_process() -> None:
     error = {"message": "Failed to compile json_schema grammar: bad", "code": 400}
-    body = sse(chunk("He", 1), {"error": error})
     with pytest.raises(ConstraintRejected, match="bad"):
-        run(lambda r: httpx.Response(200, content=body), cumulative=False)
-
-
-def test_a_stream_that_ends_without_a_finish_is_a_503() -> None:
-    body = sse(chunk("He", 1))
-    with pytest.raises(BackendUnavailable) as raised:
-        run(lambda r: httpx.Response(200, content=body), cumulative=False)
-    assert raised.value.retry_after == 1
-
-
-@pytest.mark.parametrize(
-    ("status", "headers", "retry_after"),
-    [(503, {}, 5), (500, {}, 5), (429, {"retry-after": "7"}, 7)],
-)
-def test_error_statuses_are_503_with_retry_after(
-    status: int, headers: dict[str, str], retry_after: int
-) -> None:
-    with pytest.raises(BackendUnavailable) as raised:
-        run(lambda r: httpx.Response(status, headers=headers, json={}), cumulative=False)
-    assert raised.value.retry_after == retry_after
-    assert raised.value.status == 503
-
-
-def test_a_refusal_by_the_remote_keeps_its_reason() -> None:
-    body = {"error": {"message": "sampling_params.top_k must be -1 or >= 1"}}
-    with pytest.raises(InferError, match="top_k") as raised:
-        run(lambda r: httpx.Response(400, json=body), cumulative=False)
-    assert raised.value.status == 400
-
-
-def test_images_go_to_the_remote_as_image_data() -> None:
-    seen: list[dict[str, Any]] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(json.loads(request.content))
-        return httpx.Response(200, content=sse(chunk("A", 1, {"type": "length", "length": 1})))
-
-    async def main() -> None:
-        settings = Settings(engine="sglang-remote", engine_url="http://remote:30000")
-        engine = SGLangRemoteEngine(settings, ModelSource("/m", "m"))
-        transport = httpx.MockTransport(handler)
-        engine._client = httpx.AsyncClient(transport=transport, base_url="http://remote:30000")
-        with_image = dataclasses.replace(REQUEST, images=(b"\x89PNG one", b"\x89PNG two"))
-        try:
-            async for _ in engine.generate(with_image):
-                pass
-            async for _ in engine.generate(REQUEST):
-                pass
-        finally:
-            await engine.close()
-
-    asyncio.run(main())
-    expected = [
-        "data:image/png;base64," + base64.b64encode(data).decode()
-        for data in (b"\x89PNG one", b"\x89PNG two")
-    ]
-    assert seen[0]["image_data"] == expected
-    assert "image_data" not in seen[1]  # text only: none sent
+        read([chunk("He", [1], 1), {"error": error}])

@@ -14,6 +14,7 @@ from server.models.source import ModelSource
 CPU_MAX_TOTAL_TOKENS = 65536
 # SGLang documents top_p as (0, 1]; 0 keeps only the most probable token, and so does this.
 TOP_P_FLOOR = 1e-9
+SEED_RANGE = 2**63
 
 
 def default_device() -> str:
@@ -50,12 +51,13 @@ def server_args(settings: Settings, source: ModelSource) -> dict[str, Any]:
         "max_total_tokens": settings.max_total_tokens,
     }
     args.update({key: value for key, value in optional.items() if value is not None})
-    if settings.deterministic_sampling:
+    deterministic = settings.deterministic_sampling is not False  # on unless turned off
+    if deterministic:
         # SGLang honours a request's sampling seed only in its deterministic mode.
         args["enable_deterministic_inference"] = True
     if device == "cpu":
         args.setdefault("max_total_tokens", CPU_MAX_TOTAL_TOKENS)
-        if settings.deterministic_sampling:
+        if deterministic:
             # SGLang's deterministic mode wants a named backend (on a GPU it picks one). SGLang's
             # own CPU default is named: intel_amx, which falls back to torch_native without AMX
             # after the check that would turn off CPU decode graphs for torch_native by name.
@@ -86,7 +88,10 @@ def to_sampling_params(sampling: Sampling, constraint: Constraint | None = None)
         params["top_k"] = sampling.top_k
     # SGLang's seeded sampler gives every request without a seed the same one (42): each gets
     # its own instead. A runtime outside deterministic mode ignores it.
-    params["sampling_seed"] = secrets.randbits(63) if sampling.seed is None else sampling.seed
+    # Any integer seed is taken, reduced into [0, 2**63): SGLang holds seeds as int64, and
+    # sglang-router as u64.
+    seed = secrets.randbits(63) if sampling.seed is None else sampling.seed % SEED_RANGE
+    params["sampling_seed"] = seed
     if sampling.stop:
         params["stop"] = list(sampling.stop)
     optional = {

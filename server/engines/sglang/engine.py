@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 from server.config import Settings
-from server.engines.base import EngineLimits, EngineOutput, EngineRequest
+from server.engines.base import EngineLimits, EngineLoad, EngineOutput, EngineRequest
 from server.engines.sglang import cpu_compat
 from server.engines.sglang.args import logprob_options, server_args, to_sampling_params
 from server.engines.sglang.outputs import finish_of, limits, logprobs_of
@@ -32,8 +32,10 @@ class SGLangEngine:
         return self._limits
 
     @property
-    def seeded(self) -> bool:
-        return self._settings.deterministic_sampling
+    def unsupported_sampling(self) -> Mapping[str, str]:
+        if self._settings.deterministic_sampling is False:
+            return {"seed": "this node samples without seeds (--deterministic-sampling off)"}
+        return {}
 
     @property
     def is_ready(self) -> bool:
@@ -44,12 +46,15 @@ class SGLangEngine:
         # A request leaves this map when the scheduler reports it finished or aborted.
         return 0 if self._engine is None else len(self._engine.tokenizer_manager.rid_to_state)
 
-    async def queue_depth(self) -> int | None:
-        """The scheduler's waiting queue, from its live load report (as GET /v1/loads)."""
+    async def load(self) -> EngineLoad | None:
+        """The scheduler's live load report (as SGLang's GET /v1/loads)."""
         if self._engine is None:
             return None
         loads = await self._engine.tokenizer_manager.get_loads(include=["core"])
-        return sum(int(load.num_waiting_reqs) for load in loads)
+        return EngineLoad(
+            sum(int(load.num_running_reqs) for load in loads),
+            sum(int(load.num_waiting_reqs) for load in loads),
+        )
 
     async def start(self) -> None:
         args = server_args(self._settings, self._source)
