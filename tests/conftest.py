@@ -1,8 +1,12 @@
 """Fixtures shared by the suite: one real server (real SGLang, real model) per engine per test
-session. Every test of the server runs against each engine: `sglang` in-process, and
-`sglang-remote` talking to SGLang's own HTTP server (`b3os-infer sglang-server`) on the same
-model. Tests marked `front_only` reach nothing past the request decoders and run once; those
-marked `remote_only` are about the remote engine."""
+session. Every test of the server runs against each: `sglang` in-process; `sglang-remote` talking
+to SGLang's own HTTP server (`b3os-infer sglang-server`) on the same model; and `sglang-router`,
+the remote engine behind sglang-router in front of two such servers (tests/topology.py). Tests
+marked `front_only` reach nothing past the request decoders and run once; those marked
+`remote_only` are about the remote engine on one server, `router_only` about it behind a
+router. Those marked `heavy` (grammars, thinking budgets, sampling sweeps: long generations)
+run in-process and through the router, not a third time on the plain server, which runs the
+same engine code the router variant covers."""
 
 from __future__ import annotations
 
@@ -17,8 +21,13 @@ import openai
 import pytest
 
 from tests.server_process import ServerProcess
+from tests.topology import RouterTopology, running_topology
 
-ENGINES = tuple(os.environ.get("B3OS_TEST_ENGINES", "sglang,sglang-remote").split(","))
+ENGINES = tuple(
+    os.environ.get("B3OS_TEST_ENGINES", "sglang,sglang-remote,sglang-router").split(",")
+)
+# Where each marker's tests run; unmarked tests run on every engine.
+ONLY = {"front_only": "sglang", "remote_only": "sglang-remote", "router_only": "sglang-router"}
 # Flags for the session's servers beyond the defaults (the embedded model on this machine's
 # device): `python -m bench.gpu_check` runs the suite on a GPU with "--model ... --device cuda".
 MODEL_ARGS = tuple(shlex.split(os.environ.get("B3OS_TEST_MODEL_ARGS", "")))
@@ -29,6 +38,15 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "front_only: reaches no engine, so runs against the in-process one only"
     )
     config.addinivalue_line("markers", "remote_only: about the sglang-remote engine only")
+    config.addinivalue_line("markers", "router_only: about the remote engine behind a router")
+    config.addinivalue_line(
+        "markers", "heavy: long generations, run in-process and through the router only"
+    )
+    config.addinivalue_line(
+        "markers",
+        "not_router: what sglang-router does not carry to its workers (test_router.py shows "
+        "the node refusing it there)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -36,9 +54,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         callspec = getattr(item, "callspec", None)
         if callspec is None or "engine" not in callspec.params:
             return False
-        if callspec.params["engine"] == "sglang-remote":
-            return item.get_closest_marker("front_only") is not None
-        return item.get_closest_marker("remote_only") is not None
+        engine = callspec.params["engine"]
+        if item.get_closest_marker("not_router") is not None and engine == "sglang-router":
+            return True
+        if item.get_closest_marker("heavy") is not None and engine == "sglang-remote":
+            return True
+        return any(
+            item.get_closest_marker(marker) is not None and engine != only
+            for marker, only in ONLY.items()
+        )
 
     dropped = [item for item in items if redundant(item)]
     if dropped:
@@ -65,6 +89,21 @@ def sglang_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
 
 
 @pytest.fixture(scope="session")
+def router_topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterTopology]:
+    """sglang-router (cache-aware) in front of two SGLang workers on the embedded model."""
+    folder = tmp_path_factory.mktemp("router")
+    try:
+        with running_topology(folder, *MODEL_ARGS) as topology:
+            yield topology
+    finally:
+        for log in sorted(folder.glob("*.log")):
+            lines = log.read_text(errors="replace").splitlines()
+            kept = [line for line in lines if not line.startswith((" - ", "nanobind", "See "))]
+            tail = "\n".join(kept[-15:])  # triton's exit-time nanobind report left out
+            print(f"\n--- {log.name} tail ---\n{tail}")
+
+
+@pytest.fixture(scope="session")
 def server(
     engine: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
@@ -72,6 +111,9 @@ def server(
     if engine == "sglang-remote":
         remote: ServerProcess = request.getfixturevalue("sglang_server")
         args += ("--engine", "sglang-remote", "--engine-url", remote.origin)
+    elif engine == "sglang-router":
+        topology: RouterTopology = request.getfixturevalue("router_topology")
+        args += ("--engine", "sglang-remote", "--engine-url", topology.url)
     process = ServerProcess(tmp_path_factory.mktemp("server") / "server.log", *args)
     try:
         with process.running():

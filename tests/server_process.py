@@ -1,6 +1,7 @@
-"""A real server process on a free loopback port, for the API tests: `python -m server serve`, or
-`python -m server sglang-server` (SGLang's own HTTP server), its log kept in a file, stopped with
-SIGTERM. It runs in a process group of its own, so that killing it kills SGLang's workers too."""
+"""A real server process on a free loopback port, for the API tests: `python -m server serve`,
+`python -m server sglang-server` (SGLang's own HTTP server) or `sglang-router` (the router's own
+launcher), its log kept in a file, stopped with SIGTERM. It runs in a process group of its own,
+so that killing it kills SGLang's workers too."""
 
 from __future__ import annotations
 
@@ -43,8 +44,8 @@ class ServerProcess:
         self.scheme = scheme
         self.log_path = log_path
         self.command = command
-        own = ["--node-name", "test-node"] if command == "serve" else ["--log-level", "warning"]
-        self.args = ["--port", str(self.port), *own, *args]
+        own = {"serve": ["--node-name", "test-node"], "sglang-server": ["--log-level", "warning"]}
+        self.args = ["--port", str(self.port), *own.get(command, []), *args]
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -114,6 +115,14 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
         return self._process.returncode
+
+    def wait_exit(self, timeout: float) -> int:
+        """The exit code of a process expected to stop by itself (a refused start)."""
+        assert self._process is not None
+        try:
+            return self._process.wait(timeout=timeout)
+        finally:
+            self.stop()
 
     def kill(self) -> None:
         """SIGKILL to the whole process group: a crash, with no chance to say goodbye."""

@@ -17,6 +17,8 @@ from tests.api.contract import MODEL
 from tests.fuzz.from_schema import ANY_JSON
 from tests.fuzz.strategies import chat_bodies, messages_bodies, mutated
 
+pytestmark = pytest.mark.heavy  # in-process and through the router (tests/conftest.py)
+
 EXAMPLES = 150
 FUZZ = settings(
     max_examples=EXAMPLES,

@@ -14,6 +14,8 @@ import pytest
 
 from tests.api.test_tools import ANTHROPIC_TOOLS, ASK, SCHEMAS
 
+pytestmark = pytest.mark.heavy  # in-process and through the router (tests/conftest.py)
+
 CITY = {
     "type": "object",
     "properties": {

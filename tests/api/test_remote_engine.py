@@ -16,6 +16,7 @@ from tests.api.contract import MODEL
 from tests.api.conventions import COUNTING, wait_for
 from tests.api.sse import events
 from tests.server_process import ServerProcess, free_port
+from tests.topology import busy
 
 pytestmark = pytest.mark.remote_only
 
@@ -33,14 +34,6 @@ def streaming_body(model: str) -> dict[str, Any]:
     }
 
 
-def remote_busy(remote: ServerProcess) -> int:
-    """Requests SGLang itself is running or queueing, from its live load report."""
-    loads = httpx.get(f"{remote.origin}/v1/loads", params={"include": "core"}, timeout=10)
-    return sum(
-        load["num_running_reqs"] + load["num_waiting_reqs"] for load in loads.json()["loads"]
-    )
-
-
 def test_disconnect_aborts_the_request_at_the_remote(
     server: ServerProcess, sglang_server: ServerProcess, model: str
 ) -> None:
@@ -52,8 +45,8 @@ def test_disconnect_aborts_the_request_at_the_remote(
             while deltas < 3:
                 name, _ = next(reader)
                 deltas += name == "content_block_delta"
-            assert remote_busy(sglang_server) == 1  # generating at the remote while we read
-    wait_for(lambda: remote_busy(sglang_server) == 0)
+            assert busy(sglang_server) == 1  # generating at the remote while we read
+    wait_for(lambda: busy(sglang_server) == 0)
 
 
 def test_the_remote_going_away_mid_stream_and_coming_back(

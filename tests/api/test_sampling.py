@@ -23,6 +23,8 @@ from server.models.embedded import ensure_converted
 from server.prompt import load_tokenizer
 from tests.api.sse import events
 
+pytestmark = pytest.mark.heavy  # in-process and through the router (tests/conftest.py)
+
 STORY = [{"role": "user", "content": "Tell me a short story about a cat."}]
 # A trailing assistant turn the model continues: greedy decoding goes on repeating it.
 REPEAT = [
@@ -102,6 +104,7 @@ def first_token(response: Any) -> tuple[str, list[Any]]:
     return entry.token, entry.top_logprobs
 
 
+@pytest.mark.not_router
 def test_a_strongly_negative_logit_bias_removes_the_greedy_token(
     openai_client: openai.OpenAI, tokenizer_ids: Any, model: str
 ) -> None:

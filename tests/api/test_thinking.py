@@ -20,6 +20,8 @@ from tests.api.sse import events
 from tests.api.test_json_output import CITY
 from tests.api.test_tools import ANTHROPIC_TOOLS, ASK, SCHEMAS
 
+pytestmark = pytest.mark.heavy  # in-process and through the router (tests/conftest.py)
+
 BUDGET = 1024  # the contract's minimum
 QUESTION = [{"role": "user", "content": "Is 391 prime?"}]
 

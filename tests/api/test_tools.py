@@ -15,6 +15,8 @@ import pytest
 
 from tests.api.sse import events
 
+pytestmark = pytest.mark.heavy  # in-process and through the router (tests/conftest.py)
+
 WEATHER_SCHEMA = {
     "type": "object",
     "properties": {

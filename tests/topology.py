@@ -1,0 +1,103 @@
+"""sglang-router in front of two SGLang workers on the embedded model, run as the README's
+scale-out section runs them: real processes on loopback ports, started together once per test
+session (about a minute), each worker with a small KV cache and a 4,096-token window (the model's
+own is 8,192, so a front that guessed from the model would be caught)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tests.server_process import ServerProcess, free_port
+
+WORKER_CONTEXT = 4096
+WORKER_ARGS = ("--context-length", str(WORKER_CONTEXT), "--max-total-tokens", "8192")
+# The README's router flags (see its scale-out section for why each).
+ROUTER_FLAGS = (
+    "--policy", "cache_aware",
+    "--health-check-interval-secs", "5",
+    "--health-check-timeout-secs", "30",
+    "--health-failure-threshold", "2",
+    "--health-success-threshold", "1",
+    "--retry-max-retries", "1",
+    "--cb-failure-threshold", "2",
+    "--cb-timeout-duration-secs", "5",
+    "--worker-startup-check-interval", "1",
+)  # fmt: skip
+
+
+@dataclass
+class RouterTopology:
+    router: ServerProcess
+    workers: tuple[ServerProcess, ...]
+
+    @property
+    def url(self) -> str:
+        return self.router.origin
+
+
+def worker(folder: Path, name: str, *model_args: str) -> ServerProcess:
+    return ServerProcess(folder / f"{name}.log", *WORKER_ARGS, *model_args, command="sglang-server")
+
+
+def router(folder: Path, workers: tuple[ServerProcess, ...]) -> ServerProcess:
+    return ServerProcess(
+        folder / "router.log",
+        "--host", "127.0.0.1",
+        "--worker-urls", *(w.origin for w in workers),
+        *ROUTER_FLAGS,
+        "--prometheus-port", str(free_port()),
+        "--shutdown-grace-period-secs", "5",
+        "--log-level", "warn",
+        command="sglang-router",
+    )  # fmt: skip
+
+
+@contextmanager
+def running_topology(folder: Path, *model_args: str) -> Iterator[RouterTopology]:
+    """The workers and the router started at once (the router waits for its workers), then
+    used once the router holds both healthy."""
+    workers = (worker(folder, "worker-a", *model_args), worker(folder, "worker-b", *model_args))
+    topology = RouterTopology(router(folder, workers), workers)
+    with ExitStack() as stack:
+        for process in (*workers, topology.router):
+            process.start()
+            stack.callback(process.stop)
+        for process in workers:
+            process.wait_for("/health_generate")
+        topology.router.wait_for("/readiness")
+        wait_until_healthy(topology)
+        yield topology
+
+
+def busy(runtime: ServerProcess) -> int:
+    """Requests an SGLang server itself runs or queues, from its live load report."""
+    loads = httpx.get(f"{runtime.origin}/v1/loads", params={"include": "core"}, timeout=10)
+    reports = loads.json()["loads"]
+    return sum(load["num_running_reqs"] + load["num_waiting_reqs"] for load in reports)
+
+
+def healthy_workers(topology: RouterTopology) -> dict[str, bool]:
+    """The router's view of its workers: URL -> healthy."""
+    listed = httpx.get(f"{topology.url}/workers", timeout=10).json()["workers"]
+    return {worker["url"]: worker["is_healthy"] for worker in listed}
+
+
+def wait_until_healthy(topology: RouterTopology, timeout: float = 120.0) -> None:
+    """Until the router lists every worker, each healthy."""
+    expected = {worker.origin for worker in topology.workers}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            seen = healthy_workers(topology)
+        except httpx.TransportError:
+            seen = {}
+        if set(seen) == expected and all(seen.values()):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the router does not hold every worker healthy: {seen}")
