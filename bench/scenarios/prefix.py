@@ -1,5 +1,7 @@
 """Prefix caching: time to first token with a long shared system prompt (about 1,500 tokens),
-cold (a prefix the runtime has never seen) against warm (the same prefix, a new question)."""
+cold (a prefix the runtime has never seen) against warm (the same prefix, a new question). With
+--compare-url, the other server too, on prefixes of its own (a front behind sglang-router against
+one on a worker directly shares the workers' caches)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from bench.client import Sample, client, stream
 from bench.report import Row
 from bench.run import Run
 from bench.stats import percentile
+from bench.target import Target
 
 NAME = "prefix cache"
 NOTE = "Streamed, max_tokens 2; the speed-up is cold p50 over warm p50."
@@ -21,12 +24,11 @@ def _system(variant: int) -> str:
     return f"Policy {variant}. {rules}"
 
 
-async def _measure(run: Run) -> tuple[list[Sample], list[Sample]]:
-    target = run.ours
+async def _measure(run: Run, target: Target, offset: int) -> tuple[list[Sample], list[Sample]]:
     cold: list[Sample] = []
     warm: list[Sample] = []
     async with client() as http:
-        for variant in range(run.config.repeats):
+        for variant in range(offset, offset + run.config.repeats):
             system = _system(variant)
             for samples, question in ((cold, "First question?"), (warm, "Second question?")):
                 body = prompts.body("chat", target.model, question, 2)
@@ -36,17 +38,22 @@ async def _measure(run: Run) -> tuple[list[Sample], list[Sample]]:
 
 
 def run(run: Run) -> list[Row]:
-    cold, warm = asyncio.run(_measure(run))
+    targets = [run.ours] + ([run.compare] if run.compare else [])
     rows = []
-    for case, samples in (("cold prefix", cold), ("warm prefix", warm)):
-        values = {
-            "n": len(samples),
-            "TTFT p50 ms": percentile([s.ttft_ms for s in samples], 50),
-            "TTFT p99 ms": percentile([s.ttft_ms for s in samples], 99),
-            "server ttft p50 ms": percentile([s.phases.get("ttft", 0.0) for s in samples], 50),
-        }
-        rows.append(Row(NAME, case, values))
-    cold_p50, warm_p50 = rows[0].values["TTFT p50 ms"], rows[1].values["TTFT p50 ms"]
-    if cold_p50 and warm_p50:
-        rows.append(Row(NAME, "speed-up", {"TTFT p50 ms": cold_p50 / warm_p50}))
+    for index, target in enumerate(targets):
+        cold, warm = asyncio.run(_measure(run, target, index * run.config.repeats))
+        suffix = f" ({target.name})" if run.compare else ""
+        found = []
+        for case, samples in (("cold prefix", cold), ("warm prefix", warm)):
+            values = {
+                "n": len(samples),
+                "TTFT p50 ms": percentile([s.ttft_ms for s in samples], 50),
+                "TTFT p99 ms": percentile([s.ttft_ms for s in samples], 99),
+                "server ttft p50 ms": percentile([s.phases.get("ttft", 0.0) for s in samples], 50),
+            }
+            found.append(Row(NAME, case + suffix, values))
+        cold_p50, warm_p50 = found[0].values["TTFT p50 ms"], found[1].values["TTFT p50 ms"]
+        if cold_p50 and warm_p50:
+            found.append(Row(NAME, "speed-up" + suffix, {"TTFT p50 ms": cold_p50 / warm_p50}))
+        rows += found
     return rows
