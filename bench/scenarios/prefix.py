@@ -19,9 +19,10 @@ NOTE = "Streamed, max_tokens 2; the speed-up is cold p50 over warm p50."
 RULES = 110  # rules in the system prompt: about 1,500 tokens with the template
 
 
-def _system(variant: int) -> str:
+def _system(run: Run, variant: int) -> str:
+    """Named for the run (its folder), so that a prefix is cold on servers measured before."""
     rules = " ".join(f"Rule {k}: answer precisely and cite sources." for k in range(RULES))
-    return f"Policy {variant}. {rules}"
+    return f"Policy {variant} of run {run.folder.name}. {rules}"
 
 
 async def _measure(run: Run, target: Target, offset: int) -> tuple[list[Sample], list[Sample]]:
@@ -29,7 +30,7 @@ async def _measure(run: Run, target: Target, offset: int) -> tuple[list[Sample],
     warm: list[Sample] = []
     async with client() as http:
         for variant in range(offset, offset + run.config.repeats):
-            system = _system(variant)
+            system = _system(run, variant)
             for samples, question in ((cold, "First question?"), (warm, "Second question?")):
                 body = prompts.body("chat", target.model, question, 2)
                 body["messages"] = [{"role": "system", "content": system}, *body["messages"]]
