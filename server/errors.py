@@ -42,10 +42,12 @@ class InferError(Exception):
         param: str | None = None,
         retry_after: int | None = None,
         headers: dict[str, str] | None = None,
+        details: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
+        self.details = details  # Anthropic's `error.details`, which SDKs act on
         self.retry_after = retry_after
         self.extra_headers = headers or {}  # e.g. RateLimit-*, WWW-Authenticate
 

@@ -25,7 +25,14 @@ HEADERS = {
 ANTHROPIC_ERROR = obj(
     {
         "type": {"const": "error"},
-        "error": obj({"type": string(), "message": string()}, ("type", "message")),
+        "error": obj(
+            {
+                "type": string(),
+                "message": string(),
+                "details": obj({"error_code": string()}, closed=False),
+            },
+            ("type", "message"),
+        ),
         "request_id": string(),
         "b3os": obj({"code": string(), "param": string()}, ("code",)),
     },

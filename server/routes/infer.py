@@ -70,11 +70,10 @@ def json_response(body: dict[str, Any], status: int = 200) -> Response:
     return Response(orjson.dumps(body), status=status, content_type=JSON)
 
 
-def served(model: str, route: Route = "messages") -> Generation:
+def served(generation: Generation, model: str, route: Route = "messages") -> Generation:
     """The generation service, once the model asked for is the one this node serves. Chat
     requests may ask for the B3IQ gateway (`route: gateway`) for models the node does not serve;
     no gateway is set up on this node."""
-    generation = server_state().ready()
     if model == generation.card.id:
         return generation
     if route == "gateway":

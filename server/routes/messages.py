@@ -21,13 +21,17 @@ def _anthropic_errors() -> None:
 @blueprint.post("/v1/infer/v1/messages")
 @requires("infer:run")
 async def create_message() -> Response:
-    request = decode_messages(await read_json(), server_state().decode_options)
-    generation = served(request.model)
+    state = server_state()
+    generation = state.ready()  # 503 until then: what a request means depends on the model
+    request = decode_messages(await read_json(), state.decode_options)
+    generation = served(generation, request.model)
     return await answer(request, generation, "messages", encode.message_body, encode.MessageStream)
 
 
 @blueprint.post("/v1/infer/v1/messages/count_tokens")
 @requires("infer:run")
 async def count_tokens() -> Response:
-    request = decode_count_tokens(await read_json(), server_state().decode_options)
-    return json_response({"input_tokens": served(request.model).count_tokens(request)})
+    state = server_state()
+    generation = state.ready()
+    request = decode_count_tokens(await read_json(), state.decode_options)
+    return json_response({"input_tokens": served(generation, request.model).count_tokens(request)})

@@ -40,12 +40,10 @@ def error_body(error: InferError, request_id: str) -> dict[str, Any]:
     b3os: dict[str, Any] = {"code": error.code}
     if error.param is not None:
         b3os["param"] = error.param
-    return {
-        "type": "error",
-        "error": {"type": error.anthropic_type, "message": error.message},
-        "request_id": request_id,
-        "b3os": b3os,
-    }
+    body: dict[str, Any] = {"type": error.anthropic_type, "message": error.message}
+    if error.details:
+        body["details"] = error.details
+    return {"type": "error", "error": body, "request_id": request_id, "b3os": b3os}
 
 
 def message_body(answer: Answer, context: ResponseContext) -> dict[str, Any]:
