@@ -4,9 +4,9 @@ tool call and every JSON answer is generated under it, so validity is guaranteed
 
     tool_choice auto   free text; once the model opens a call, its arguments follow the schema
     tool_choice any    tool calls only, at least one        (OpenAI: required)
-    tool_choice named  calls of that tool only, at least one
+    tool_choice named  one call of that tool: that call, once (parallel calls or not)
     tool_choice none   no grammar for calls: the parser leaves such text as text
-    no parallel calls  at most one call (exactly one with any / named)
+    no parallel calls  at most one call (exactly one with any)
     JSON format        the answer is JSON matching the schema (or any object); with auto tools,
                        the answer is that JSON or tool calls
     thinking           all of the above comes after a reasoning phase, which the grammar closes
@@ -87,7 +87,8 @@ def calls_format(request: GenerateRequest, tools: ToolFormat) -> Format | None:
 
 
 def _calls_only(request: GenerateRequest, tools: ToolFormat) -> Format:
-    """Calls only, at least one: of the named tool, or of any."""
+    """Calls only, at least one, of any tool; or exactly one of the named tool (a second one
+    would be another call than the one asked for)."""
     choice = request.tool_choice
     named = choice.kind is ToolChoiceKind.NAMED
     allowed = [tool for tool in request.tools if not named or tool.name == choice.name]
@@ -96,7 +97,7 @@ def _calls_only(request: GenerateRequest, tools: ToolFormat) -> Format:
         "tags": [_tag(tool, tools) for tool in allowed],
         "separator": tools.separator,
         "at_least_one": True,
-        "stop_after_first": not choice.parallel,
+        "stop_after_first": named or not choice.parallel,
     }
 
 

@@ -196,7 +196,8 @@ class Generation:
                         timing.record("model", submitted)
                         if output.finish.queue_ms is not None:
                             timing.phases["queue"] = output.finish.queue_ms
-                        for event in parser.finish():
+                        cut = output.finish.kind is StopKind.LENGTH
+                        for event in parser.finish(cut):
                             yield event
                         finish = _finish(output.finish, parser.num_calls)
                         record.finished(finish)

@@ -1,7 +1,9 @@
 """The output parser: the model's raw text, as it arrives, into canonical events. With a family's
 thinking format, the answer opens inside the reasoning, which ends at its close tag; with its tool
 format, calls written in it (`<tool_call>\\n{"name": "X", "arguments": {...}}\\n</tool_call>` for
-ChatML) become call start, argument fragments and call end; everything else is text."""
+ChatML) become call start, argument fragments and call end; everything else is text. The model's
+tool syntax is never text: a call cut before its arguments begin is dropped, one cut inside them
+is closed as a call (as Anthropic and OpenAI end a call max_tokens cuts)."""
 
 from __future__ import annotations
 
@@ -67,16 +69,22 @@ class OutputParser:
             pass
         return events
 
-    def finish(self) -> list[Event]:
-        """The answer ended: release what was held back, and close a call cut short."""
+    def finish(self, cut: bool = False) -> list[Event]:
+        """The answer ended (`cut`: by max_tokens): release what was held back, close a call
+        cut inside its arguments, drop one cut before them. Held-back text that begins the
+        call trigger is text where the model ended it, and the start of a call where it was
+        cut."""
         events: list[Event] = []
         if self._state == _State.THINKING:
             self._think(self._buffer, events)
             events.append(ThinkingEnd(self._sign("".join(self._reasoning))))
-        elif self._state in (_State.TEXT, _State.HEADER):
-            self._text(self._buffer, events)
+        elif self._state == _State.TEXT:
+            if not (cut and self._format is not None):
+                self._text(self._buffer, events)
             if self._blank and not self._after_block:
                 events.append(TextDelta(self._blank))
+        elif self._state == _State.HEADER:
+            pass  # the trigger and part of a header: not a call yet, never text
         elif self._state == _State.ARGUMENTS:
             if self._buffer:
                 events.append(ToolCallDelta(self._calls, self._buffer))

@@ -70,9 +70,13 @@ def test_any_is_calls_only_at_least_one(parallel: bool) -> None:
     assert len(form["tags"]) == 2
 
 
-def test_named_allows_that_tool_only() -> None:
-    form = root(request(tools=TOOLS, tool_choice=ToolChoice(ToolChoiceKind.NAMED, "b")))
+@pytest.mark.parametrize("parallel", [True, False])
+def test_named_is_that_call_once(parallel: bool) -> None:
+    choice = ToolChoice(ToolChoiceKind.NAMED, "b", parallel=parallel)
+    form = root(request(tools=TOOLS, tool_choice=choice))
     assert [t["begin"] for t in form["tags"]] == ['<tool_call>\n{"name": "b", "arguments": ']
+    assert form["at_least_one"] is True
+    assert form["stop_after_first"] is True  # parallel calls on or off
 
 
 def test_json_formats() -> None:

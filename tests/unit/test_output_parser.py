@@ -144,3 +144,43 @@ def test_a_call_after_the_reasoning() -> None:
     assert [type(e).__name__ for e in events] == [
         "ThinkingDelta", "ThinkingEnd", "ToolCallStart", "ToolCallDelta", "ToolCallEnd"
     ]  # fmt: skip
+
+
+def cut_at(text: str, size: int, cut: bool = True) -> list[object]:
+    """What a client sees of `text` ended after `size` characters (by max_tokens, `cut`)."""
+    counter = itertools.count()
+    parser = OutputParser(CHATML, lambda: f"id{next(counter)}")
+    return merged(parser.feed(text[:size]) + parser.finish(cut))
+
+
+def test_no_prefix_of_a_call_cut_short_is_ever_text() -> None:
+    """Swept over every cut of a call that follows another: the model's tool syntax never
+    comes back as text, however max_tokens falls."""
+    first = call("get_weather", '{"city": "Oslo"}')
+    text = first + "\n" + call("get_weather", '{"city": "Bergen"}')
+    for size in range(len(first), len(text) + 1):
+        events = cut_at(text, size)
+        assert not [e for e in events if isinstance(e, TextDelta)], (size, events)
+        starts = [e for e in events if isinstance(e, ToolCallStart)]
+        ends = [e for e in events if isinstance(e, ToolCallEnd)]
+        assert len(starts) == len(ends) in (1, 2), (size, events)
+
+
+def test_a_call_cut_before_its_arguments_is_dropped() -> None:
+    header = '<tool_call>\n{"name": "get_weather", "argu'
+    assert cut_at("Checking. " + header, 10 + len(header)) == [TextDelta("Checking. ")]
+
+
+def test_a_call_cut_inside_its_arguments_is_closed_as_a_call() -> None:
+    text = call("get_weather", '{"city": "Os')
+    events = cut_at(text, len(text) - len("}\n</tool_call>"))
+    assert events == [
+        ToolCallStart(0, "id0", "get_weather"),
+        ToolCallDelta(0, '{"city": "Os'),
+        ToolCallEnd(0),
+    ]
+
+
+def test_text_ending_like_a_trigger_is_text_where_the_model_ended_it() -> None:
+    assert cut_at("a <tool", 7, cut=False) == [TextDelta("a <tool")]
+    assert cut_at("a <tool", 7, cut=True) == [TextDelta("a ")]
