@@ -19,6 +19,7 @@ DEFAULT_MAX_QUEUE_WAIT_S = 120.0
 DEVICES = ("cuda", "cpu")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 SYSTEM_IN_MESSAGES = ("refuse", "keep")
+COMPAT = ("none", "claude-code")
 
 
 def default_cache_dir() -> Path:
@@ -50,6 +51,7 @@ class Settings:
     max_running_requests: int | None = None
     max_total_tokens: int | None = None  # None: SGLang's sizing on a GPU, 65536 on a CPU
     system_in_messages: str = "refuse"  # refuse | keep (Messages: a system turn inside messages)
+    compat: str = "none"  # none | claude-code: what an agent sends beyond the contract
     db: Path | None = None  # the key and metering store; None: the node runs open
     limits: Path | None = None  # the limits file; None: the defaults
     max_queue_wait: float = DEFAULT_MAX_QUEUE_WAIT_S  # 0: no bound
@@ -139,6 +141,12 @@ _OPTIONS = (
         "Messages: a system turn inside messages is refused (refuse, the default) or rendered "
         "where it stands (keep), where the model's chat format allows",
     ),
+    _Option(
+        "compat",
+        "none (the default): the contract exactly; claude-code: also what Claude Code sends "
+        "beyond it (tool search: defer_loading and tool_reference; safeguards), with "
+        "--system-in-messages keep",
+    ),
 )
 
 
@@ -201,6 +209,7 @@ def _check(settings: Settings) -> None:
         ("--device", settings.device, DEVICES),
         ("--log-level", settings.log_level, LOG_LEVELS),
         ("--system-in-messages", settings.system_in_messages, SYSTEM_IN_MESSAGES),
+        ("--compat", settings.compat, COMPAT),
     ):
         if value is not None and value not in choices:
             raise SystemExit(f"{name} {value!r}: choose one of {', '.join(choices)}")

@@ -20,6 +20,7 @@ from server.canonical import (
     ThinkingMode,
     Tool,
     ToolCall,
+    ToolReference,
     ToolResult,
 )
 
@@ -79,9 +80,10 @@ class PromptRenderer:
         turns: list[dict[str, Any]] = []
         results: dict[str, Any] | None = None  # the turn tool results are being added to
         current = _current_turn_start(request.messages)
+        loaded = {tool.name: tool for tool in request.tools if tool.deferred}
         for index, message in enumerate(request.messages):
             if message.role == "tool" and tools is not None:
-                text = _results(message, tools, self.family.image)
+                text = _results(message, tools, self.family.image, loaded)
                 if results is None:
                     results = {"role": tools.result_role, "content": text}
                     turns.append(results)
@@ -93,8 +95,9 @@ class PromptRenderer:
                 if message.role == "assistant" and index >= current:
                     content = self._reasoning(message) + content
                 turns.append({"role": message.role, "content": content})
-        if request.tools and tools is not None:
-            _add_tools(turns, request.tools, tools)
+        listed = tuple(tool for tool in request.tools if not tool.deferred)
+        if listed and tools is not None:
+            _add_tools(turns, listed, tools)
         return turns
 
     def _reasoning(self, message: Message) -> str:
@@ -128,19 +131,34 @@ def _content(message: Message, tools: ToolFormat | None, image: str | None) -> s
     return "\n".join(text for text in texts if text) if len(texts) > 1 else "".join(texts)
 
 
-def _results(message: Message, tools: ToolFormat, image: str | None) -> str:
-    """Each result wrapped in the family's result tags; an error is shown as such."""
+def _results(
+    message: Message, tools: ToolFormat, image: str | None, loaded: dict[str, Tool]
+) -> str:
+    """Each result wrapped in the family's result tags; an error is shown as such. A tool
+    search's result shows each tool it loads as the tool list shows tools (the list itself
+    stays as it was, so the prompt's cached prefix does too)."""
     wrapped = []
     for part in message.parts:
         if isinstance(part, ToolResult):
             text = "\n".join(
-                p.text if isinstance(p, Text) else image or ""
+                _result_part(p, image, loaded)
                 for p in part.parts
-                if isinstance(p, Text) or (isinstance(p, Image) and image)
+                if isinstance(p, Text | ToolReference) or (isinstance(p, Image) and image)
             )
             content = tools.error_prefix + text if part.is_error else text
             wrapped.append(tools.result.replace("{content}", content))
     return "\n".join(wrapped)
+
+
+def _result_part(
+    part: Text | Image | ToolReference, image: str | None, loaded: dict[str, Tool]
+) -> str:
+    if isinstance(part, Text):
+        return part.text
+    if isinstance(part, ToolReference):
+        tool = loaded.get(part.name)
+        return orjson.dumps(_tool_json(tool)).decode() if tool else part.name
+    return image or ""
 
 
 def _add_tools(turns: list[dict[str, Any]], tools: tuple[Tool, ...], form: ToolFormat) -> None:

@@ -30,7 +30,7 @@ from server.node.limits import load as load_limits
 from server.node.metering import Meter
 from server.node.metrics import Metrics
 from server.prompt import PromptRenderer, load_tokenizer
-from server.protocols.anthropic.decode import DecodeOptions
+from server.protocols.anthropic.options import DecodeOptions
 from server.requestlog import RequestLog
 from server.store.base import Store
 from server.store.sqlite import SqliteStore
@@ -133,14 +133,19 @@ class ServerState:
         log.info("serving %s, ready in %.1f s", card.id, time.monotonic() - started)
 
     def _decode_options(self, family: ModelFamily) -> DecodeOptions:
-        keep = self.settings.system_in_messages == "keep"
+        claude_code = self.settings.compat == "claude-code"
+        keep = self.settings.system_in_messages == "keep" or claude_code
         if keep and not family.system_anywhere:
             log.warning(
                 "--system-in-messages keep: the %s chat format cannot hold a system turn past "
                 "the first, so such messages are refused",
                 family.name,
             )
-        return DecodeOptions("keep" if keep and family.system_anywhere else "refuse")
+        return DecodeOptions(
+            "keep" if keep and family.system_anywhere else "refuse",
+            tool_search=claude_code,
+            safeguards=claude_code,
+        )
 
     async def close(self) -> None:
         if self.engine is not None:

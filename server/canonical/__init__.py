@@ -31,6 +31,7 @@ from server.canonical.request import (
     ToolCall,
     ToolChoice,
     ToolChoiceKind,
+    ToolReference,
     ToolResult,
 )
 
@@ -62,6 +63,7 @@ __all__ = [
     "ToolCallStart",
     "ToolChoice",
     "ToolChoiceKind",
+    "ToolReference",
     "ToolResult",
     "Usage",
     "fold",

@@ -41,9 +41,16 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolReference:
+    """A tool search's result: the deferred tool it loads (its definition is shown here)."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class ToolResult:
     tool_call_id: str
-    parts: tuple[Text | Image, ...]
+    parts: tuple[Text | Image | ToolReference, ...]
     is_error: bool = False
 
 
@@ -70,6 +77,8 @@ class Tool:
     input_schema: dict[str, Any]
     strict: bool = False
     schema_path: str = ""  # where the schema stands in the request, for errors that name it
+    # Loaded by a tool search: shown where a ToolReference names it, not with the other tools.
+    deferred: bool = False
 
 
 class ToolChoiceKind(StrEnum):

@@ -217,3 +217,84 @@ def test_keep_takes_a_system_message_where_it_stands() -> None:
     messages = [{"role": "user", "content": "Hi"}, {"role": "system", "content": "Be brief."}]
     request = decode_messages(body(messages=messages), DecodeOptions(system_in_messages="keep"))
     assert [m.role for m in request.messages] == ["user", "system"]
+
+
+CLAUDE_CODE = DecodeOptions("keep", tool_search=True, safeguards=True)
+SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+def searched_tools(**extra: Any) -> dict[str, Any]:
+    """Claude Code's shape: a search tool, a deferred placeholder, a deferred tool it loads."""
+    tools = [
+        {"name": "ToolSearch", "input_schema": SCHEMA},
+        {"name": "DeferredToolPlaceholder", "input_schema": SCHEMA, "defer_loading": True},
+        {"name": "WebFetch", "input_schema": SCHEMA, "defer_loading": True},
+    ]
+    return body(tools=tools, **extra)
+
+
+def test_by_default_deferred_tools_and_safeguards_are_refused_as_the_contract_says() -> None:
+    with pytest.raises(UnsupportedParameter) as raised:
+        decode_messages(searched_tools())
+    assert raised.value.param == "tools.1.defer_loading"
+    with pytest.raises(UnsupportedParameter) as raised:
+        decode_messages(body(safeguards={}))
+    assert raised.value.param == "safeguards"
+
+
+def test_a_deferred_tool_is_left_out_until_a_tool_reference_loads_it() -> None:
+    request = decode_messages(searched_tools(), CLAUDE_CODE)
+    assert [tool.name for tool in request.tools] == ["ToolSearch"]
+    messages = [
+        {"role": "user", "content": "Fetch it"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t1", "name": "ToolSearch", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "t1",
+                    "content": [{"type": "tool_reference", "tool_name": "WebFetch"}],
+                }
+            ],
+        },
+    ]
+    loaded = decode_messages(searched_tools(messages=messages), CLAUDE_CODE)
+    assert [(tool.name, tool.deferred) for tool in loaded.tools] == [
+        ("ToolSearch", False),
+        ("WebFetch", True),
+    ]
+
+
+def test_a_tool_reference_must_name_one_of_the_tools() -> None:
+    messages = [
+        {"role": "user", "content": "Hi"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t", "name": "x", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "t",
+                    "content": [{"type": "tool_reference", "tool_name": "Nope"}],
+                }
+            ],
+        },
+    ]
+    with pytest.raises(InvalidRequest, match="Nope"):
+        decode_messages(searched_tools(messages=messages), CLAUDE_CODE)
+    with pytest.raises(UnsupportedParameter):  # the contract has no tool_reference
+        decode_messages(body(messages=messages))
+
+
+def test_a_thread_is_refused_with_the_code_the_sdks_fall_back_on() -> None:
+    with pytest.raises(UnsupportedParameter) as raised:
+        decode_messages(body(thread={"type": "create"}))
+    assert raised.value.param == "thread"
+    assert raised.value.details == {"error_code": "thread_unsupported_request"}

@@ -4,16 +4,24 @@ become `tool` messages (one per result, in order) ahead of the rest of the turn.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
-from server.canonical import Image, Message, Part, Text, Thinking, ToolCall, ToolResult
+from server.canonical import (
+    Image,
+    Message,
+    Part,
+    Text,
+    Thinking,
+    ToolCall,
+    ToolReference,
+    ToolResult,
+)
 from server.errors import InvalidRequest, UnsupportedParameter
+from server.protocols.anthropic.options import DecodeOptions
 from server.protocols.fields import Fields, describe
 from server.protocols.rules import IMAGE_MEDIA_TYPES, base64_bytes, https_url
-
-SystemInMessages = Literal["refuse", "keep"]
 
 _USER_BLOCKS = ("text", "image", "tool_result")
 _ASSISTANT_BLOCKS = ("text", "tool_use", "thinking", "redacted_thinking")
@@ -30,6 +38,7 @@ _UNSUPPORTED_BLOCKS = frozenset(
         "bash_code_execution_tool_result",
         "text_editor_code_execution_tool_result",
         "tool_search_tool_result",
+        "tool_reference",  # taken in tool results with --compat claude-code (tool search)
         "mcp_tool_use",
         "mcp_tool_result",
         "compaction",
@@ -54,23 +63,21 @@ def system_prompt(fields: Fields) -> tuple[Message, ...]:
     return (Message("system", (Text(text),)),)
 
 
-def messages(fields: Fields, system_in_messages: SystemInMessages) -> tuple[Message, ...]:
+def messages(fields: Fields, options: DecodeOptions) -> tuple[Message, ...]:
     items = list(fields.items("messages", required=True))
     if not items:
         raise InvalidRequest("messages must have at least one message", param="messages")
     decoded: list[Message] = []
     for index, (path, item) in enumerate(items):
         last = index == len(items) - 1
-        decoded.extend(_message(path, item, system_in_messages, last=last))
+        decoded.extend(_message(path, item, options, last=last))
     return tuple(decoded)
 
 
-def _message(
-    path: str, item: Any, system_in_messages: SystemInMessages, *, last: bool
-) -> list[Message]:
+def _message(path: str, item: Any, options: DecodeOptions, *, last: bool) -> list[Message]:
     fields = Fields(item, path)
     role = fields.choice("role", ("user", "assistant", "system"), required=True)
-    if role == "system" and system_in_messages == "refuse":
+    if role == "system" and options.system_in_messages == "refuse":
         raise InvalidRequest(
             f"{path}.role: a system message inside messages is not taken (moving it would "
             "change what the model reads at that turn); put instructions in the top-level "
@@ -82,7 +89,7 @@ def _message(
     if isinstance(content, str):
         blocks: list[Part | None] = [Text(content)]
     elif isinstance(content, list):
-        blocks = [_block(f"{path}.content.{i}", b, role) for i, b in enumerate(content)]
+        blocks = [_block(f"{path}.content.{i}", b, role, options) for i, b in enumerate(content)]
     else:
         raise InvalidRequest(
             f"{path}.content must be a string or an array of content blocks, "
@@ -105,7 +112,7 @@ def _split_tool_results(role: str, blocks: list[Part]) -> list[Message]:
     return results + ([Message("user", rest)] if rest or not results else [])
 
 
-def _block(path: str, block: Any, role: str) -> Part | None:
+def _block(path: str, block: Any, role: str, options: DecodeOptions) -> Part | None:
     fields = Fields(block, path)
     kind = fields.string("type", required=True) or ""
     allowed: tuple[str, ...] = _ASSISTANT_BLOCKS if role == "assistant" else _USER_BLOCKS
@@ -120,6 +127,8 @@ def _block(path: str, block: Any, role: str) -> Part | None:
         if kind == "image":
             where = "images go only in user messages"
         raise InvalidRequest(f"{path}.type: {where}", param=f"{path}.type")
+    if kind == "tool_result":
+        return _tool_result(fields, options)
     return _READERS[kind](fields)
 
 
@@ -171,19 +180,21 @@ def _image(fields: Fields) -> Image:
     return image
 
 
-def _tool_result(fields: Fields) -> ToolResult:
+def _tool_result(fields: Fields, options: DecodeOptions) -> ToolResult:
     fields.ignore("type")
     cache_control(fields)
     tool_use_id = fields.string("tool_use_id", required=True)
     is_error = fields.boolean("is_error") or False
     content = fields.raw("content")
-    parts: tuple[Text | Image, ...]
+    parts: tuple[Text | Image | ToolReference, ...]
     if content is None:
         parts = ()
     elif isinstance(content, str):
         parts = (Text(content),)
     elif isinstance(content, list):
-        parts = tuple(_result_part(f"{fields.path}.content.{i}", b) for i, b in enumerate(content))
+        parts = tuple(
+            _result_part(f"{fields.path}.content.{i}", b, options) for i, b in enumerate(content)
+        )
     else:
         raise InvalidRequest(
             f"{fields.path}.content must be a string or an array of text and image blocks",
@@ -193,13 +204,24 @@ def _tool_result(fields: Fields) -> ToolResult:
     return ToolResult(tool_use_id, parts, is_error)
 
 
-def _result_part(path: str, block: Any) -> Text | Image:
-    part = _block(path, block, "user")
+def _result_part(path: str, block: Any, options: DecodeOptions) -> Text | Image | ToolReference:
+    if options.tool_search and isinstance(block, dict) and block.get("type") == "tool_reference":
+        return _tool_reference(Fields(block, path))
+    part = _block(path, block, "user", options)
     if not isinstance(part, Text | Image):
         raise InvalidRequest(
             f"{path}.type: tool results hold text and image blocks", param=f"{path}.type"
         )
     return part
+
+
+def _tool_reference(fields: Fields) -> ToolReference:
+    """A tool search's result naming a deferred tool (see decode: it must be one of tools)."""
+    fields.ignore("type")
+    cache_control(fields)
+    name = fields.string("tool_name", required=True, min_length=1)
+    fields.done()
+    return ToolReference(name)
 
 
 def _tool_use(fields: Fields) -> ToolCall:
@@ -230,7 +252,6 @@ def _redacted_thinking(fields: Fields) -> None:
 _READERS: dict[str, Callable[[Fields], Part | None]] = {
     "text": _text_part,
     "image": _image,
-    "tool_result": _tool_result,
     "tool_use": _tool_use,
     "thinking": _thinking,
     "redacted_thinking": _redacted_thinking,

@@ -4,11 +4,11 @@ contract: taken, accepted and ignored, or refused as `unsupported_parameter`."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from server.canonical import (
     GenerateRequest,
+    Message,
     ResponseFormat,
     Sampling,
     ThinkingConfig,
@@ -16,14 +16,12 @@ from server.canonical import (
     Tool,
     ToolChoice,
     ToolChoiceKind,
+    ToolReference,
+    ToolResult,
 )
 from server.errors import InvalidRequest, UnsupportedParameter
-from server.protocols.anthropic.content import (
-    SystemInMessages,
-    cache_control,
-    messages,
-    system_prompt,
-)
+from server.protocols.anthropic.content import cache_control, messages, system_prompt
+from server.protocols.anthropic.options import DecodeOptions
 from server.protocols.fields import Fields
 from server.protocols.rules import json_schema, tool_names
 
@@ -31,11 +29,7 @@ TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,128}")
 MAX_STOP_SEQUENCES = 32  # what the runtime matches
 MIN_THINKING_BUDGET = 1024
 _THINKING_DISPLAY = ("summarized", "omitted", "updates")
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeOptions:
-    system_in_messages: SystemInMessages = "refuse"
+THREAD_UNSUPPORTED = "thread_unsupported_request"  # anthropic-sdk _thread_state, ThreadState
 
 
 def decode_messages(body: Any, options: DecodeOptions | None = None) -> GenerateRequest:
@@ -43,8 +37,9 @@ def decode_messages(body: Any, options: DecodeOptions | None = None) -> Generate
     fields = Fields(body)
     model = _model(fields)
     max_tokens = fields.integer("max_tokens", required=True, minimum=1)
-    conversation = system_prompt(fields) + messages(fields, options.system_in_messages)
-    tools = _tools(fields)
+    conversation = system_prompt(fields) + messages(fields, options)
+    tools = _loaded(_tools(fields, options), conversation)
+    _no_thread(fields)
     request = GenerateRequest(
         model=model,
         messages=conversation,
@@ -55,7 +50,7 @@ def decode_messages(body: Any, options: DecodeOptions | None = None) -> Generate
         response_format=_output_config(fields),
         thinking=_thinking(fields, max_tokens),
     )
-    _ignored(fields)
+    _ignored(fields, options)
     fields.done()
     return request
 
@@ -65,8 +60,8 @@ def decode_count_tokens(body: Any, options: DecodeOptions | None = None) -> Gene
     options = options or DecodeOptions()
     fields = Fields(body)
     model = _model(fields)
-    conversation = system_prompt(fields) + messages(fields, options.system_in_messages)
-    tools = _tools(fields)
+    conversation = system_prompt(fields) + messages(fields, options)
+    tools = _loaded(_tools(fields, options), conversation)
     request = GenerateRequest(
         model=model,
         messages=conversation,
@@ -75,7 +70,7 @@ def decode_count_tokens(body: Any, options: DecodeOptions | None = None) -> Gene
         response_format=_output_config(fields),
         thinking=_thinking(fields, None),
     )
-    _ignored(fields)
+    _ignored(fields, options)
     fields.done()
     return request
 
@@ -85,13 +80,26 @@ def _model(fields: Fields) -> str:
     return model
 
 
-def _ignored(fields: Fields) -> None:
+def _no_thread(fields: Fields) -> None:
+    """Server-held threads are not in the contract; the refusal carries the code on which the
+    SDKs' tool runners fall back to sending the whole conversation."""
+    if fields.raw("thread") is not None:
+        raise UnsupportedParameter(
+            "thread: this node keeps no conversations; send the whole conversation in messages",
+            param="thread",
+            details={"error_code": THREAD_UNSUPPORTED},
+        )
+
+
+def _ignored(fields: Fields, options: DecodeOptions) -> None:
     """Accepted and ignored, once well-typed."""
     metadata = fields.object("metadata")
     if metadata is not None:
         metadata.string("user_id")
     fields.string("service_tier")
     fields.object("context_management")
+    if options.safeguards:
+        fields.object("safeguards")
 
 
 def _sampling(fields: Fields, max_tokens: int) -> Sampling:
@@ -117,13 +125,32 @@ def _stop_sequences(fields: Fields) -> tuple[str, ...]:
     return tuple(stops)
 
 
-def _tools(fields: Fields) -> tuple[Tool, ...]:
-    tools = tuple(_tool(path, item) for path, item in fields.items("tools"))
+def _tools(fields: Fields, options: DecodeOptions) -> tuple[Tool, ...]:
+    tools = tuple(_tool(path, item, options) for path, item in fields.items("tools"))
     tool_names([(f"tools.{i}.name", t.name) for i, t in enumerate(tools)], TOOL_NAME, 128)
     return tools
 
 
-def _tool(path: str, item: Any) -> Tool:
+def _loaded(tools: tuple[Tool, ...], conversation: tuple[Message, ...]) -> tuple[Tool, ...]:
+    """The tools the model is shown and may call: every tool not deferred, and each deferred
+    one a `tool_reference` in a tool result has loaded. A reference to a tool not among them
+    is an error, as Anthropic's `tool_reference_unresolved`."""
+    names = {tool.name for tool in tools}
+    loaded = set()
+    for message in conversation:
+        for part in message.parts:
+            for found in part.parts if isinstance(part, ToolResult) else ():
+                if isinstance(found, ToolReference):
+                    if found.name not in names:
+                        raise InvalidRequest(
+                            f"tool_reference names {found.name}, which is not one of tools",
+                            param="messages",
+                        )
+                    loaded.add(found.name)
+    return tuple(tool for tool in tools if not tool.deferred or tool.name in loaded)
+
+
+def _tool(path: str, item: Any, options: DecodeOptions) -> Tool:
     fields = Fields(item, path)
     kind = fields.string("type")
     if kind not in (None, "custom"):
@@ -136,9 +163,10 @@ def _tool(path: str, item: Any) -> Tool:
     description = fields.string("description")
     schema = json_schema(fields.raw("input_schema", required=True), f"{path}.input_schema")
     strict = fields.boolean("strict") or False
+    deferred = bool(fields.boolean("defer_loading")) if options.tool_search else False
     cache_control(fields)
     fields.done()
-    return Tool(name, description, schema, strict, f"{path}.input_schema")
+    return Tool(name, description, schema, strict, f"{path}.input_schema", deferred)
 
 
 def _tool_choice(fields: Fields, tools: tuple[Tool, ...]) -> ToolChoice:
