@@ -7,6 +7,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip --disable-pip-version-check
 STAMP  := $(VENV)/.installed
+NODE   := tests/node
+CLIENTS := $(NODE)/node_modules/.installed
 PIN    := -c requirements/constraints.txt
 ARGS   ?=
 
@@ -31,6 +33,12 @@ $(STAMP): pyproject.toml requirements/sglang-cpu.txt requirements/constraints.tx
 		|| { echo "make install: the environment does not import; see above"; exit 1; }
 	@touch $(STAMP)
 
+# The Node clients the tests run for real: the Anthropic SDK and two Claude Code versions.
+$(CLIENTS): $(NODE)/package.json $(NODE)/package-lock.json
+	@echo "==> the Node clients the tests run (npm: @anthropic-ai/sdk, @anthropic-ai/claude-code)"
+	cd $(NODE) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $(CLIENTS)
+
 serve: install
 	$(BIN)/b3os-infer serve $(ARGS)
 
@@ -40,8 +48,8 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/hadolint Dockerfile
 
-test: install lint
+test: install lint $(CLIENTS)
 	$(BIN)/python -m pytest $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(NODE)/node_modules .pytest_cache .ruff_cache .mypy_cache

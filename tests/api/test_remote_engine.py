@@ -106,6 +106,8 @@ def orphan(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         "sglang-remote",
         "--engine-url",
         url,
+        "--compat",
+        "claude-code",  # what a request may hold depends on the model: not judged before
     )
     with process.running("/healthz"):  # listening; its engine never starts
         yield process
@@ -125,4 +127,24 @@ def test_a_server_waiting_for_its_remote(orphan: ServerProcess, engine: str) -> 
         )
     assert refused.status_code == 503
     assert int(refused.headers["retry-after"]) > 0
+    assert refused.json()["error"]["code"] == "infer_backend_unavailable"
+
+
+def test_until_ready_every_infer_route_answers_503_in_its_shape(
+    orphan: ServerProcess, engine: str
+) -> None:
+    """Even a request that only the started model's options make valid (a system message
+    inside messages, taken with --compat claude-code) is not judged before the model is up."""
+    del engine
+    inside = [{"role": "user", "content": "Hi"}, {"role": "system", "content": "Be brief."}]
+    body = {"model": MODEL, "max_tokens": 4, "messages": inside}
+    with httpx.Client(base_url=orphan.origin, timeout=30) as client:
+        for path in ("/v1/infer/v1/messages", "/v1/infer/v1/messages/count_tokens"):
+            refused = client.post(path, json=body)
+            assert refused.status_code == 503, refused.text
+            assert int(refused.headers["retry-after"]) > 0
+            assert refused.json()["error"]["type"] == "overloaded_error"
+            assert refused.json()["b3os"]["code"] == "infer_backend_unavailable"
+        refused = client.post("/v1/infer/chat/completions", json={**body, "messages": inside[:1]})
+    assert refused.status_code == 503
     assert refused.json()["error"]["code"] == "infer_backend_unavailable"
