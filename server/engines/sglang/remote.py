@@ -23,6 +23,7 @@ from server.engines.sglang.carriage import Carriage, probe_router
 from server.engines.sglang.ebnf import EbnfConstraints
 from server.engines.sglang.facts import (
     PROBES,
+    Learned,
     WorkerInfo,
     cumulative_of,
     limits_of,
@@ -127,30 +128,7 @@ class SGLangRemoteEngine:
         self._cumulative = cumulative_of(workers)
         self._ready = True
         self._watch = asyncio.get_running_loop().create_task(self._watch_health())
-        versions = sorted({worker.version for worker in workers}) or ["not asked"]
-        log.info("%s ready (SGLang %s)", topology.describe(), ", ".join(versions))
-        log.info(
-            "context %d tokens, prompts up to %d: from %s",
-            self._limits.context_length,
-            self._limits.max_prompt_tokens,
-            limits.source,
-        )
-        log.info("seeds %s: from %s", "honoured" if seeded.value else "refused", seeded.source)
-        log.info("streamed text: deltas or the whole text so far, told by each stream")
-        if topology.is_router:
-            log.info(
-                "the router carries structural tags: %s (else grammars go as EBNF); logit_bias: "
-                "%s (else refused)",
-                "yes" if carried.structural_tag else "no",
-                "yes" if carried.logit_bias else "no",
-            )
-        if topology.reachable:
-            log.info("aborts, readiness and load: asked of each worker")
-        else:
-            log.warning(
-                "the workers do not answer this server: an abort is the closed stream, "
-                "readiness the router's view of its workers, and the runtime's load unknown"
-            )
+        _report(topology, workers, limits, seeded, carried)
 
     async def close(self) -> None:
         """Aborts still on their way are delivered (for a few seconds) before the client goes."""
@@ -345,6 +323,40 @@ class SGLangRemoteEngine:
         self._checked.add(url)
         log.info("%s renders and tokenizes chats as this server does", url)
         return None
+
+
+def _report(
+    topology: Topology,
+    workers: list[WorkerInfo],
+    limits: Learned[EngineLimits],
+    seeded: Learned[bool],
+    carried: Carriage,
+) -> None:
+    """The start-time account of what was learned, and where from."""
+    versions = sorted({worker.version for worker in workers}) or ["not asked"]
+    log.info("%s ready (SGLang %s)", topology.describe(), ", ".join(versions))
+    log.info(
+        "context %d tokens, prompts up to %d: from %s",
+        limits.value.context_length,
+        limits.value.max_prompt_tokens,
+        limits.source,
+    )
+    log.info("seeds %s: from %s", "honoured" if seeded.value else "refused", seeded.source)
+    log.info("streamed text: deltas or the whole text so far, told by each stream")
+    if topology.is_router:
+        log.info(
+            "the router carries structural tags: %s (else grammars go as EBNF); logit_bias: "
+            "%s (else refused)",
+            "yes" if carried.structural_tag else "no",
+            "yes" if carried.logit_bias else "no",
+        )
+    if topology.reachable:
+        log.info("aborts, readiness and load: asked of each worker")
+    else:
+        log.warning(
+            "the workers do not answer this server: an abort is the closed stream, "
+            "readiness the router's view of its workers, and the runtime's load unknown"
+        )
 
 
 def _error_message(response: httpx.Response) -> str:
