@@ -11,6 +11,7 @@ import sqlite3
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config
 
+from server import http2
 from server.app import create_app
 from server.config import Settings
 from server.node.limits import LimitsFileError
@@ -81,6 +82,7 @@ async def serve(settings: Settings) -> int:
         settings.port,
         settings.node_name,
     )
+    http2.install()
     await hypercorn_serve(app, hypercorn_config(settings), shutdown_trigger=stop.wait)
     log.info("stopped")
     return exit_code
