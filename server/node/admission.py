@@ -5,7 +5,9 @@ resets on the minute); a request is charged its estimated prompt plus its answer
 when admitted and settled with the real counts when it ends. Requests in flight count per
 organization. A refusal is a 429 with `Retry-After` (the seconds to the window's end, at most
 60; 1 for concurrency) and `RateLimit-Limit`, `-Remaining`, `-Reset` for the limit that refused;
-an admitted request carries the same headers for its requests-per-minute limit."""
+an admitted request carries the same headers for its requests-per-minute limit. A request no
+window could ever hold (more tokens, or a larger image, than a whole minute allows) is a 400
+that says so: retrying it would never help."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from server.errors import ConcurrencyLimited, RateLimited
+from server.errors import ConcurrencyLimited, InvalidRequest, RateLimited
 from server.node.limits import LimitsConfig
 
 WINDOW_S = 60
@@ -65,9 +67,19 @@ class Admission:
         """A request of `org` ended (its ticket's release)."""
         self._in_flight[org] -= 1
 
-    def admit(self, org: str, model: str, tokens: int) -> Ticket:
-        """Charges one request and `tokens` estimated tokens, or refuses with 429."""
+    def admit(self, org: str, model: str, prompt_tokens: int, answer_tokens: int) -> Ticket:
+        """Charges one request and its estimated tokens, or refuses with 429 (400 where no
+        window could hold them)."""
         limits = self.config.for_model(org, model)
+        tokens = prompt_tokens + answer_tokens
+        tpm = limits.tokens_per_minute
+        if tokens > tpm:
+            raise InvalidRequest(
+                f"this request needs {tokens} tokens (its prompt {prompt_tokens} and max_tokens "
+                f"{answer_tokens}), more than the {tpm} tokens per minute allowed on {model}: "
+                "lower max_tokens or the prompt",
+                param="max_tokens" if prompt_tokens < tpm else "messages",
+            )
         window, reset = self._window(org, model)
         in_flight = self.in_flight(org)
         if in_flight >= self.config.for_org(org).requests_in_flight:
@@ -84,17 +96,12 @@ class Admission:
                 retry_after=reset,
                 headers=_headers(rpm, 0, reset),
             )
-        tpm = limits.tokens_per_minute
         if window.tokens + tokens > tpm:
-            left = max(0, tpm - window.tokens)
-            if tokens > tpm:
-                message = (
-                    f"{tpm} tokens per minute allowed on {model}, and this request needs "
-                    f"{tokens} (its prompt and max_tokens): lower max_tokens or the prompt"
-                )
-            else:
-                message = f"{tpm} tokens per minute allowed on {model}; retry in {reset} seconds"
-            raise RateLimited(message, retry_after=reset, headers=_headers(tpm, left, reset))
+            raise RateLimited(
+                f"{tpm} tokens per minute allowed on {model}; retry in {reset} seconds",
+                retry_after=reset,
+                headers=_headers(tpm, tpm - window.tokens, reset),
+            )
         window.requests += 1
         window.tokens += tokens
         self._in_flight[org] = in_flight + 1
@@ -104,6 +111,11 @@ class Admission:
     def charge_image_bytes(self, org: str, model: str, size: int) -> None:
         """Remote image bytes fetched for the organization, or 429 once over its limit."""
         limit = self.config.for_model(org, model).image_bytes_per_minute
+        if size > limit:
+            raise InvalidRequest(
+                f"a remote image of {size} bytes, more than the {limit} bytes of remote images "
+                f"per minute allowed on {model}: send a smaller one"
+            )
         window, reset = self._window(org, model)
         if window.image_bytes + size > limit:
             raise RateLimited(

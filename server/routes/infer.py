@@ -106,7 +106,7 @@ async def answer(
     try:
         prepared = generation.prepare(request_, g.request_id, g.timing)
         record.prompt_tokens = prepared.prompt.num_tokens
-        ticket = _admit(who, request_, prepared.estimated_prompt_tokens)
+        ticket = _admit(who, prepared)
     except InferError as error:
         record.failed(error.code)
         raise
@@ -152,9 +152,10 @@ async def _with_images(prepared: Prepared, who: Principal, timing: Timing) -> Pr
     return prepared.with_images(decoded)
 
 
-def _admit(who: Principal, request_: GenerateRequest, prompt_tokens: int) -> Ticket:
-    """Charges the organization's limits with the prompt and the answer's token budget (512
-    when a chat request sets none), after the key's spend cap."""
+def _admit(who: Principal, prepared: Prepared) -> Ticket:
+    """Charges the organization's limits with the prompt and the answer's token budget as
+    clamped to the window (512 at most when a chat request sets none), after the key's spend
+    cap."""
     state = server_state()
     if who.key_id is not None and who.spend_cap_tokens is not None:
         spent = state.meter.spent(who.key_id)
@@ -163,9 +164,12 @@ def _admit(who: Principal, request_: GenerateRequest, prompt_tokens: int) -> Tic
                 f"API key {who.key_id} has used its spend cap of {who.spend_cap_tokens} tokens "
                 f"({spent} metered)"
             )
-    budget = request_.sampling.max_tokens
-    estimate = prompt_tokens + (DEFAULT_ANSWER_ESTIMATE if budget is None else budget)
-    return state.admission.admit(who.org, request_.model, estimate)
+    budget = prepared.engine_request.sampling.max_tokens
+    assert budget is not None  # prepare() sizes every answer
+    if prepared.request.sampling.max_tokens is None:
+        budget = min(budget, DEFAULT_ANSWER_ESTIMATE)
+    model = prepared.request.model
+    return state.admission.admit(who.org, model, prepared.estimated_prompt_tokens, budget)
 
 
 async def _stream(

@@ -239,7 +239,10 @@ def test_tokens_per_minute_are_settled_with_the_real_counts(node: Node) -> None:
             # Charged its prompt + 900 while running, then settled to `used`: another one fits.
             second = client.post("/v1/infer/chat/completions", json=short)
             assert second.status_code == 200, second.text
-            refused = client.post("/v1/infer/chat/completions", json=chat_body(max_tokens=995))
+            # Exactly a minute's worth (its prompt and max_tokens make 1,000): refused for now.
+            room = 1000 - first.json()["usage"]["prompt_tokens"]
+            full = chat_body(max_tokens=room, response_format=answer_format)
+            refused = client.post("/v1/infer/chat/completions", json=full)
         if rate_headers(refused)[2] <= rate_headers(first)[2]:
             break
     error = assert_openai_error(refused, 429, "rate_limited")
@@ -247,6 +250,27 @@ def test_tokens_per_minute_are_settled_with_the_real_counts(node: Node) -> None:
     limit, remaining, _ = rate_headers(refused)
     assert limit == 1000
     assert remaining == 1000 - used - second.json()["usage"]["total_tokens"]
+
+
+def test_what_no_minute_could_admit_is_a_400_never_a_429(node: Node) -> None:
+    """max_tokens is clamped to the window before admission; a request whose prompt and clamped
+    max_tokens exceed a whole minute's tokens could never be admitted: 400, no Retry-After."""
+    with node.client(node.keys["tpm"]) as client:
+        for max_tokens in (18446744073709551616, 4000):
+            refused = client.post(
+                "/v1/infer/chat/completions", json=chat_body(max_tokens=max_tokens)
+            )
+            error = assert_openai_error(refused, 400, "invalid_request")
+            assert error["param"] == "max_tokens"
+            assert "more than the 1000 tokens per minute allowed" in error["message"]
+            assert "retry-after" not in refused.headers
+            refused = client.post(
+                "/v1/infer/v1/messages",
+                json={"model": MODEL, "max_tokens": max_tokens, "messages": HELLO},
+            )
+            assert refused.status_code == 400, refused.text
+            assert refused.json()["b3os"]["code"] == "invalid_request"
+            assert "retry-after" not in refused.headers
 
 
 def test_concurrency_is_held_under_50_simultaneous_requests(node: Node) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from server.auth.keys import CHECKSUM_CHARS, PREFIX, KeyFormatError, new_key, parse
-from server.errors import ConcurrencyLimited, RateLimited
+from server.errors import ConcurrencyLimited, InvalidRequest, RateLimited
 from server.ids import CROCKFORD, encode_crockford
 from server.node.admission import Admission
 from server.node.limits import Limits, LimitsConfig, LimitsFileError, load
@@ -81,47 +81,63 @@ class Clock:
 def test_requests_per_minute_reset_on_the_minute() -> None:
     clock = Clock(1_000_040.0)  # 20 s into a minute: 40 s before it turns
     admission = Admission(LimitsConfig(Limits(requests_per_minute=2)), clock)
-    first = admission.admit("o", "m", 10)
+    first = admission.admit("o", "m", 10, 0)
     assert first.headers == {
         "RateLimit-Limit": "2",
         "RateLimit-Remaining": "1",
         "RateLimit-Reset": "40",
     }
-    admission.admit("o", "m", 10)
+    admission.admit("o", "m", 10, 0)
     with pytest.raises(RateLimited) as refused:
-        admission.admit("o", "m", 10)
+        admission.admit("o", "m", 10, 0)
     assert refused.value.headers() == {
         "RateLimit-Limit": "2",
         "RateLimit-Remaining": "0",
         "RateLimit-Reset": "40",
         "Retry-After": "40",
     }
-    admission.admit("other", "m", 10)  # per organization
+    admission.admit("other", "m", 10, 0)  # per organization
     clock.now += 40
-    assert admission.admit("o", "m", 10).headers["RateLimit-Remaining"] == "1"
+    assert admission.admit("o", "m", 10, 0).headers["RateLimit-Remaining"] == "1"
 
 
 def test_tokens_are_charged_then_settled() -> None:
     admission = Admission(LimitsConfig(Limits(tokens_per_minute=100)), Clock(60.0))
-    ticket = admission.admit("o", "m", 90)
+    ticket = admission.admit("o", "m", 90, 0)
     with pytest.raises(RateLimited, match="100 tokens per minute"):
-        admission.admit("o", "m", 20)
+        admission.admit("o", "m", 20, 0)
     ticket.settle(15)
-    admission.admit("o", "m", 80)  # 15 + 80 fits once settled
-    with pytest.raises(RateLimited, match="needs 101"):
-        admission.admit("o", "m", 101)
+    admission.admit("o", "m", 80, 0)  # 15 + 80 fits once settled
+    with pytest.raises(RateLimited, match="retry in"):
+        admission.admit("o", "m", 90, 10)  # fits a minute, not this one
+
+
+def test_what_no_minute_could_hold_is_a_400_never_a_429() -> None:
+    admission = Admission(LimitsConfig(Limits(tokens_per_minute=100)), Clock(60.0))
+    with pytest.raises(InvalidRequest, match=r"needs 101 tokens \(its prompt 1 and max") as no:
+        admission.admit("o", "m", 1, 100)
+    assert no.value.status == 400 and no.value.param == "max_tokens"
+    assert no.value.retry_after is None
+    with pytest.raises(InvalidRequest) as no:
+        admission.admit("o", "m", 101, 0)
+    assert no.value.param == "messages"
+    with pytest.raises(InvalidRequest, match="smaller"):
+        Admission(LimitsConfig(Limits(image_bytes_per_minute=10)), Clock(0.0)).charge_image_bytes(
+            "o", "m", 11
+        )
+    assert admission.admit("o", "m", 50, 50).charged_tokens == 100  # exactly a minute's worth
 
 
 def test_requests_in_flight_are_held_until_released() -> None:
     admission = Admission(LimitsConfig(Limits(requests_in_flight=1)), Clock(0.0))
-    ticket = admission.admit("o", "m", 1)
+    ticket = admission.admit("o", "m", 1, 0)
     with pytest.raises(ConcurrencyLimited) as refused:
-        admission.admit("o", "n", 1)  # per organization, whatever the model
+        admission.admit("o", "n", 1, 0)  # per organization, whatever the model
     assert refused.value.retry_after == 1
     ticket.release()
     ticket.release()  # once only
     assert admission.in_flight("o") == 0
-    admission.admit("o", "m", 1)
+    admission.admit("o", "m", 1, 0)
 
 
 def test_the_store_keeps_hashes_and_metering(tmp_path: Path) -> None:
@@ -133,7 +149,7 @@ def test_the_store_keeps_hashes_and_metering(tmp_path: Path) -> None:
     assert found.scopes == ("infer:run",)
     assert key.text not in (tmp_path / "s.db").read_bytes().decode(errors="replace")
     record = UsageRecord("req_1", key.key_id, "o", "p", "m", "chat", 10, 3, "running", 1.0, 1.0)
-    store.write_usage([record])
+    store.write([record], [])
     assert store.interrupt_running() == 1
     assert store.usage()[0].status == "interrupted"
     assert store.key_spend(key.key_id) == 13
