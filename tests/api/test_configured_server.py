@@ -165,3 +165,27 @@ def test_keep_renders_a_system_message_where_it_stands(
     assert answer.status_code == 200, answer.text
     # Rendered in place, not moved to the top: the prompt differs from the moved one.
     assert answer.json()["usage"]["input_tokens"] != moved.json()["input_tokens"]
+
+
+def test_the_start_log_says_what_an_operator_needs(tls_server: ServerProcess) -> None:
+    """SGLang's list of model modules that do not import on this machine stays at debug level."""
+    log = tls_server.log_text()
+    assert "SGLang ready: context" in log
+    assert "Ignore import error" not in log
+
+
+def test_a_context_length_beyond_the_models_window_is_one_clear_line(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    process = ServerProcess(
+        tmp_path_factory.mktemp("too-wide") / "server.log", "--context-length", "100000"
+    )
+    process.start()
+    assert process.wait_exit(timeout=120) == 1
+    log = process.log_text()
+    assert (
+        "cannot start: --context-length 100000 is beyond the model's window of 8192 tokens; "
+        "give at most 8192, or leave it unset to serve the whole window"
+    ) in log
+    assert "Traceback" not in log
+    assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" not in log

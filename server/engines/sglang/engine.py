@@ -15,6 +15,7 @@ from server.engines.sglang import cpu_compat
 from server.engines.sglang.args import logprob_options, server_args, to_sampling_params
 from server.engines.sglang.outputs import finish_of, limits, logprobs_of
 from server.errors import BackendUnavailable, ContextLengthExceeded, InvalidRequest
+from server.models.embedded import ModelSetupError
 from server.models.source import ModelSource
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class SGLangEngine:
             cpu_compat.prepare_cpu_runtime()
         import sglang
 
+        _check_context_length(self._settings.context_length, args["model_path"])
         log.info(
             "starting SGLang %s on %s with %s",
             sglang.__version__,
@@ -134,6 +136,23 @@ class SGLangEngine:
             await stream.aclose()
             if not finished:
                 log.debug("aborted %s", request.request_id)
+
+
+def _check_context_length(wanted: int | None, model_path: str) -> None:
+    """--context-length may narrow the model's window, never widen it: refused in one line
+    rather than with SGLang's traceback (and its environment-variable escape hatch)."""
+    if wanted is None:
+        return
+    from sglang.srt.utils.hf_transformers.common import get_context_length
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_path)
+    window = get_context_length(config.get_text_config())
+    if wanted > window:
+        raise ModelSetupError(
+            f"--context-length {wanted} is beyond the model's window of {window} tokens; "
+            f"give at most {window}, or leave it unset to serve the whole window"
+        )
 
 
 async def _mapped_errors(stream: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:

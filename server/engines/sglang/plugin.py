@@ -5,7 +5,9 @@ SGLang's deterministic inference, which seeded sampling rests on, available ther
 attention backends join SGLang's deterministic lists (they compute each request alone, so the
 radix cache stays on), SGLang's batch-invariant kernels, Triton and GPU-only, are not
 installed, and its seeded sampler runs eagerly. On a CPU without AMX it also installs the faster
-prefill of `cpu_attention.py`."""
+prefill of `cpu_attention.py`. In every process it keeps SGLang's list of model modules that do
+not import on this machine (a dozen lines at each start, none about the model served) at debug
+level."""
 
 from __future__ import annotations
 
@@ -19,9 +21,11 @@ BATCH_INVARIANT_MODE = (
     "sglang.srt.model_executor.model_runner.ModelRunner.maybe_enable_batch_invariant_mode"
 )
 SEEDED_MULTINOMIAL = "sglang.srt.layers.sampler.multinomial_with_seed"
+MODEL_REGISTRY_LOGGER = "sglang.srt.models.registry"
 
 
 def register() -> None:
+    logging.getLogger(MODEL_REGISTRY_LOGGER).addFilter(_import_errors_at_debug)
     _seeded_min_p()
     if os.environ.get("SGLANG_USE_CPU_ENGINE") != "1":
         return
@@ -38,6 +42,15 @@ def register() -> None:
     original = TorchNativeAttnBackend._run_sdpa_forward_extend
     HookRegistry.register(TARGET, new_tokens_only(original), HookType.REPLACE)
     log.info("plain-torch attention: prefill attends from new tokens only")
+
+
+def _import_errors_at_debug(record: logging.LogRecord) -> bool:
+    """SGLang's "Ignore import error when loading sglang.srt.models.X" warnings, demoted to
+    debug: shown only when SGLang logs at info, which `--log-level debug` sets (engine args)."""
+    if not record.getMessage().startswith("Ignore import error when loading"):
+        return True
+    record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+    return logging.getLogger().getEffectiveLevel() <= logging.INFO
 
 
 def _seeded_min_p() -> None:
