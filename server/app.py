@@ -86,6 +86,7 @@ def _headers(response: Response) -> Response:
         record: RequestRecord | None = getattr(g, "record", None)
         if record is not None:
             record.duration_ms = timing.since_start()  # the body is whole: it goes out now
+            server_state().requests.update(record)
         server_state().metrics.answered(
             route_label(), response.status_code, getattr(g, "error_code", None)
         )

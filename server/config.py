@@ -35,6 +35,7 @@ class Settings:
     engine_url: str | None = None  # sglang-remote: SGLang's HTTP server, or sglang-router
     engine_api_key: str | None = None  # sglang-remote: the remote's --api-key, if it has one
     engine_timeout: float = DEFAULT_ENGINE_TIMEOUT_S
+    replay_hold_after: int | None = None  # replay: pieces of each answer before it holds (tests)
     device: str | None = None  # None: cuda where a GPU is present, else cpu
     model: str | None = None  # None: the embedded SmolLM2-135M-Instruct
     served_model_name: str | None = None
@@ -94,6 +95,12 @@ _OPTIONS = (
         "sglang-remote: seconds a request may wait for the remote's next output "
         f"(default {DEFAULT_ENGINE_TIMEOUT_S:.0f})",
         float,
+    ),
+    _Option(
+        "replay_hold_after",
+        "replay: each answer holds after this many pieces until its client goes away (tests "
+        "that stop a server at a known point of a stream; default: no hold)",
+        int,
     ),
     _Option("device", "cuda or cpu (default: cuda where a GPU is present, else cpu)"),
     _Option("model", "HF model folder or id (default: the embedded SmolLM2-135M-Instruct)"),

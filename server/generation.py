@@ -9,7 +9,7 @@ import dataclasses
 import hashlib
 import hmac
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Protocol
@@ -62,7 +62,13 @@ _FINISH_REASONS = {
 class Tracker(Protocol):
     """Hears of an answer's outputs and of its end (see server.node.tracker)."""
 
-    def output(self, completion_tokens: int) -> None: ...
+    def output(self, completion_tokens: int) -> Awaitable[None] | None:
+        """None, or what to await before the output goes on (metering is written ahead)."""
+        ...
+
+    async def settle(self) -> None:
+        """The answer finished: its accounting is written before the finish goes on."""
+        ...
 
     def end(self) -> None: ...
 
@@ -187,7 +193,9 @@ class Generation:
                     if "ttft" not in timing.phases:
                         timing.mark("ttft")
                     record.completion_tokens = output.completion_tokens
-                    tracker.output(output.completion_tokens)
+                    metered = tracker.output(output.completion_tokens)
+                    if metered is not None:
+                        await metered
                     if output.logprobs and prepared.request.sampling.logprobs:
                         yield Logprobs(tuple(map(self._token_logprob, output.logprobs)))
                     for event in parser.feed(output.text):
@@ -201,6 +209,7 @@ class Generation:
                             yield event
                         finish = _finish(output.finish, parser.num_calls)
                         record.finished(finish)
+                        await tracker.settle()
                         yield finish
                         return
             raise InternalError("the model runtime ended the answer without a finish")

@@ -1,17 +1,23 @@
 """The request log: one record per infer request (status, phases, tokens), kept in memory for the
-most recent requests and served at `GET /v1/requests/{request_id}`."""
+most recent requests and, with a store, written to it when the request begins and as it ends, so
+that `GET /v1/requests/{request_id}` answers after a restart too (see `server.store.writer` for
+how many the store keeps)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from server.canonical import Finish
+from server.store.base import RequestEntry
+from server.store.writer import StoreWriter
 from server.timing import Timing
 
-Status = Literal["running", "succeeded", "failed", "canceled"]
+# interrupted: still running when its process was killed (read from the store after a restart)
+Status = Literal["running", "succeeded", "failed", "canceled", "interrupted"]
 DEFAULT_CAPACITY = 10_000
 
 
@@ -66,19 +72,37 @@ class RequestRecord:
             "duration_ms": None if self.duration_ms is None else round(self.duration_ms, 3),
         }
 
+    def entry(self) -> RequestEntry:
+        return RequestEntry(self.request_id, self.org, self.status, self.created, self.to_wire())
+
 
 class RequestLog:
-    """Bounded: past `capacity` records the oldest are dropped."""
+    """Bounded: past `capacity` records the oldest are dropped from memory."""
 
-    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, writer: StoreWriter | None = None) -> None:
         self._capacity = capacity
+        self._writer = writer
         self._records: OrderedDict[str, RequestRecord] = OrderedDict()
 
     def add(self, record: RequestRecord) -> RequestRecord:
+        """A request begins: its record is queued for the store."""
         self._records[record.request_id] = record
         while len(self._records) > self._capacity:
             self._records.popitem(last=False)
+        self.update(record)
         return record
 
-    def get(self, request_id: str) -> RequestRecord | None:
-        return self._records.get(request_id)
+    def update(self, record: RequestRecord) -> None:
+        """The record changed (the request was admitted, ended, sent its last byte): queued for
+        the store, where a newer version replaces the older."""
+        if self._writer is not None:
+            self._writer.put_request(record.entry())
+
+    async def entry(self, request_id: str) -> RequestEntry | None:
+        """From memory, else from the store."""
+        record = self._records.get(request_id)
+        if record is not None:
+            return record.entry()
+        if self._writer is None:
+            return None
+        return await asyncio.to_thread(self._writer.store.request_entry, request_id)

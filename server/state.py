@@ -34,6 +34,7 @@ from server.protocols.anthropic.options import DecodeOptions
 from server.requestlog import RequestLog
 from server.store.base import Store
 from server.store.sqlite import SqliteStore
+from server.store.writer import StoreWriter
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class ServerState:
     on_start_failed: Callable[[int], None] = lambda code: None
     # Running as a node: keys, limits, metering, metrics (built from the settings).
     store: Store | None = field(init=False, default=None)
+    writer: StoreWriter | None = field(init=False, default=None)  # metering and the request log
     auth: Authenticator = field(init=False)
     admission: Admission = field(init=False)
     meter: Meter = field(init=False)
@@ -69,13 +71,22 @@ class ServerState:
         self.admission = Admission(load_limits(self.settings.limits))
         if self.settings.db is not None:
             self.store = SqliteStore(self.settings.db)
+            self.writer = StoreWriter(self.store)
+            self.requests = RequestLog(writer=self.writer)
         self.auth = Authenticator(self.store)
-        self.meter = Meter(self.store)
+        self.meter = Meter(self.writer)
 
     async def start(self) -> None:
         """Model, tokenizer, engine, in that order; the HTTP side serves health checks meanwhile."""
         started = time.monotonic()
-        self.meter.start()
+        if self.writer is not None:
+            interrupted = self.writer.start()
+            if interrupted:
+                log.warning(
+                    "metering: %d requests of a previous run were cut short; billed to their "
+                    "last reserved tokens",
+                    interrupted,
+                )
         if self.auth.is_open:
             log.warning(
                 "NO KEY STORE (--db): this node runs OPEN. Every request is served without a "
@@ -151,7 +162,8 @@ class ServerState:
         if self.engine is not None:
             log.info("stopping the model runtime")
             await self.engine.close()
-        await self.meter.close()
+        if self.writer is not None:
+            await self.writer.close()
         if self.store is not None:
             self.store.close()
 

@@ -1,6 +1,7 @@
 """The `replay` engine: no model, a fixed stream of word-sized pieces as fast as the event loop
 takes them. What remains of a request's time through the server is the front end's own cost:
-`python -m bench overhead` measures it. Tokenizer, templates and parsing are the real ones."""
+`python -m bench overhead` measures it. Tokenizer, templates and parsing are the real ones.
+`--replay-hold-after N` holds every answer after N pieces: tests kill the server there."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ class ReplayEngine:
         del source
         context = settings.context_length or CONTEXT
         self._limits = EngineLimits(context, context - 1, context)
+        self._hold_after = settings.replay_hold_after
         self._running = 0
 
     @property
@@ -68,9 +70,17 @@ class ReplayEngine:
         self._running += 1
         try:
             for index in range(count - 1):
+                await self._held(index)
                 yield EngineOutput(PIECES[index % len(PIECES)], index + 1)
                 await asyncio.sleep(0)  # a real engine's outputs arrive between loop turns
+            await self._held(count - 1)
             finish = EngineFinish(kind, prompt, count)
             yield EngineOutput(PIECES[(count - 1) % len(PIECES)], count, finish)
         finally:
             self._running -= 1
+
+    async def _held(self, pieces: int) -> None:
+        """With --replay-hold-after N, forever once N pieces are out (until the request is
+        aborted)."""
+        if pieces == self._hold_after:
+            await asyncio.Event().wait()

@@ -117,7 +117,10 @@ async def answer(
         record.failed(error.code if isinstance(error, InferError) else InternalError.code)
         raise
     g.rate_limit_headers = ticket.headers
-    tracker = RequestTracker(record, who, ticket, state.meter, state.metrics)
+    max_tokens = prepared.engine_request.sampling.max_tokens
+    tracker = RequestTracker(
+        record, who, ticket, state.meter, state.metrics, state.requests, max_tokens
+    )
     context = ResponseContext(
         request_id=g.request_id,
         model=generation.card.id,
@@ -177,7 +180,7 @@ async def _stream(
 ) -> Response:
     # The body below runs outside the request context: what it needs, taken now.
     request_id: str = g.request_id
-    metrics = server_state().metrics
+    metrics, requests = server_state().metrics, server_state().requests
     route = route_label()
     # The head waits for the first generated token: a failure before it is a plain HTTP error,
     # and Server-Timing can carry ttft.
@@ -200,6 +203,7 @@ async def _stream(
         finally:
             await events.aclose()  # a client gone mid-stream aborts the engine request
             record.duration_ms = record.timing.since_start()
+            requests.update(record)
             metrics.answered(route, 200, record.error_code)
 
     g.streaming = True

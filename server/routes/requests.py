@@ -16,7 +16,7 @@ blueprint = Blueprint("requests", __name__)
 @blueprint.get("/v1/requests/<request_id>")
 @requires("infer:read")
 async def get_request(request_id: str) -> Response:
-    record = server_state().requests.get(request_id)
-    if record is None or record.org != principal().org:
+    entry = await server_state().requests.entry(request_id)
+    if entry is None or entry.org != principal().org:
         raise RouteNotFound(f"no request {request_id} in this node's request log")
-    return json_response(record.to_wire())
+    return json_response(dict(entry.wire))

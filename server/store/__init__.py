@@ -1,1 +1,1 @@
-"""Where keys and metering records are kept."""
+"""Where keys, metering records and the request log are kept, and the one writer that fills them."""

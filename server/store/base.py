@@ -1,12 +1,12 @@
-"""The node's store, as an interface: API keys (kept as SHA-256 hashes) and metering records.
-The embedded SQLite store (`server.store.sqlite`) implements it; a server database can replace it.
-The server and the `b3os-infer keys` / `usage` commands share one store through `--db`."""
+"""The node's store, as an interface: API keys (kept as SHA-256 hashes), metering records and the
+request log. The embedded SQLite store (`server.store.sqlite`) implements it; a server database
+can replace it. The server and the `b3os-infer keys` / `usage` commands share one store (`--db`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 SCOPES = ("infer:run", "infer:read")
 
@@ -35,10 +35,21 @@ class UsageRecord:
     model: str
     route: str
     input_tokens: int
-    output_tokens: int
-    status: str  # running until the request ends
+    output_tokens: int  # while running: reserved, at least what its client has been sent
+    status: str  # running until the request ends; interrupted: its process was killed
     created: float
     updated: float
+
+
+@dataclass(frozen=True, slots=True)
+class RequestEntry:
+    """One request-log entry: its wire object (`infer.request`) and who may read it."""
+
+    request_id: str
+    org: str
+    status: str
+    created: float
+    wire: Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,15 +72,22 @@ class Store(Protocol):
 
     def revoke_key(self, key_id: str) -> bool: ...
 
-    def write_usage(self, records: Sequence[UsageRecord]) -> None:
-        """Inserts or replaces each record (by request id), all in one transaction."""
+    def write(self, usage: Sequence[UsageRecord], requests: Sequence[RequestEntry]) -> None:
+        """Inserts or replaces each record and entry (by request id), all in one transaction:
+        committed when it returns."""
         ...
 
     def usage(self, org: str | None = None) -> list[UsageRecord]: ...
 
+    def request_entry(self, request_id: str) -> RequestEntry | None: ...
+
+    def prune_requests(self, keep: int) -> int:
+        """Drops all but the newest `keep` request-log entries; how many were dropped."""
+        ...
+
     def interrupt_running(self) -> int:
-        """Records still `running` (their process was killed) become `interrupted`, billed to
-        their last written counts; how many."""
+        """Records and request-log entries still `running` (their process was killed) become
+        `interrupted`, the records billed to their last written counts; how many records."""
         ...
 
     def usage_totals(self, org: str | None = None) -> list[UsageTotal]: ...

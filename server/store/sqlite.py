@@ -1,5 +1,5 @@
-"""The embedded store: SQLite in WAL mode (readers never wait for the metering writer, and a
-committed record survives the process being killed), one connection per thread."""
+"""The embedded store: SQLite in WAL mode (readers never wait for the writer, and a committed
+record survives the process being killed), one connection per thread."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from server.store.base import KeyRecord, UsageRecord, UsageTotal
+import orjson
+
+from server.store.base import KeyRecord, RequestEntry, UsageRecord, UsageTotal
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS api_keys (
@@ -40,6 +42,13 @@ CREATE TABLE IF NOT EXISTS usage (
 );
 CREATE INDEX IF NOT EXISTS usage_by_key ON usage (key_id);
 CREATE INDEX IF NOT EXISTS usage_by_org ON usage (org, project);
+CREATE TABLE IF NOT EXISTS requests (
+    request_id TEXT PRIMARY KEY,  -- time-ordered: the newest sort last
+    org TEXT NOT NULL,
+    status TEXT NOT NULL,  -- wins over the entry's own (interrupted after a kill)
+    created REAL NOT NULL,
+    entry TEXT NOT NULL  -- the wire object, JSON
+);
 """
 
 
@@ -121,8 +130,8 @@ class SqliteStore:
             )
         return cursor.rowcount == 1
 
-    def write_usage(self, records: Sequence[UsageRecord]) -> None:
-        if not records:
+    def write(self, usage: Sequence[UsageRecord], requests: Sequence[RequestEntry]) -> None:
+        if not usage and not requests:
             return
         with self._transaction() as db:
             db.executemany(
@@ -141,16 +150,45 @@ class SqliteStore:
                         r.created,
                         r.updated,
                     )
-                    for r in records
+                    for r in usage
+                ],
+            )
+            db.executemany(
+                "INSERT OR REPLACE INTO requests VALUES (?, ?, ?, ?, ?)",
+                [
+                    (e.request_id, e.org, e.status, e.created, orjson.dumps(e.wire).decode())
+                    for e in requests
                 ],
             )
 
     def usage(self, org: str | None = None) -> list[UsageRecord]:
         return [UsageRecord(**dict(row)) for row in self._rows("usage", org)]
 
+    def request_entry(self, request_id: str) -> RequestEntry | None:
+        row = (
+            self._connection()
+            .execute("SELECT * FROM requests WHERE request_id = ?", (request_id,))
+            .fetchone()
+        )
+        if row is None:
+            return None
+        wire = orjson.loads(row["entry"])
+        wire["status"] = row["status"]
+        return RequestEntry(row["request_id"], row["org"], row["status"], row["created"], wire)
+
+    def prune_requests(self, keep: int) -> int:
+        with self._transaction() as db:
+            cursor = db.execute(
+                "DELETE FROM requests WHERE request_id < (SELECT request_id FROM requests "
+                "ORDER BY request_id DESC LIMIT 1 OFFSET ?)",
+                (max(keep, 1) - 1,),
+            )
+        return cursor.rowcount
+
     def interrupt_running(self) -> int:
         with self._transaction() as db:
             cursor = db.execute("UPDATE usage SET status = 'interrupted' WHERE status = 'running'")
+            db.execute("UPDATE requests SET status = 'interrupted' WHERE status = 'running'")
         return cursor.rowcount
 
     def usage_totals(self, org: str | None = None) -> list[UsageTotal]:
