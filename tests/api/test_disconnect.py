@@ -1,14 +1,25 @@
-"""A client that goes away mid-stream stops its generation, and the server keeps serving."""
+"""A client that goes away stops its generation however it leaves (mid-body, before the first
+token, mid-answer, JSON or streamed, one HTTP/2 connection with several requests), nothing stays
+counted in flight, and the server keeps serving."""
 
 from __future__ import annotations
 
+import socket
+import struct
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import h2.config
+import h2.connection
 import httpx
+import orjson
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.conventions import COUNTING, wait_for
 from tests.api.sse import events
+from tests.server_process import ServerProcess
 
 MAX_TOKENS = 2000  # far more than the client waits for: only an abort ends this answer early
 
@@ -68,3 +79,76 @@ def test_concurrent_streams_all_complete(server: Any, model: str) -> None:
     with ThreadPoolExecutor(max_workers=6) as pool:
         results = list(pool.map(one, range(6)))
     assert results == [("message_stop", 200)] * 6
+
+
+def _in_flight(http: httpx.Client) -> float:
+    families = text_string_to_metric_families(http.get("/metrics").text)
+    return next(f.samples[0].value for f in families if f.name == "b3os_infer_requests_in_flight")
+
+
+def _settled(http: httpx.Client) -> bool:
+    """Nothing in flight at the front, nothing running at the engine."""
+    return _in_flight(http) == 0 and http.get("/readyz").json()["running_requests"] == 0
+
+
+def _http1(origin: str, path: str, body: bytes, sent: int) -> socket.socket:
+    host, port = origin.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    head = f"POST {path} HTTP/1.1\r\nHost: node\r\nContent-Type: application/json\r\n"
+    sock.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body[:sent])
+    return sock
+
+
+def _abrupt(sock: socket.socket) -> None:
+    """Closed as a killed process's socket is: at once, unread data and all (RST)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("way", "after_s"),
+    [("mid-body", 0.2), ("before-first-token", 0.0), ("mid-answer", 1.0)],
+)
+def test_every_way_a_client_leaves_ends_its_request(
+    server: ServerProcess, http: httpx.Client, model: str, way: str, after_s: float, stream: bool
+) -> None:
+    """Killed mid-JSON body, while its prompt is read, or mid-answer, JSON or streamed, over
+    HTTP/1.1: the front's in-flight gauge and the engine both let the request go."""
+    assert wait_for(lambda: _settled(http))
+    long = [{"role": "user", "content": "Write a long story. " * 200}]
+    messages = COUNTING if way == "mid-answer" else long
+    body = orjson.dumps(
+        {"model": model, "max_tokens": MAX_TOKENS, "stream": stream, "messages": messages}
+    )
+    sent = len(body) // 2 if way == "mid-body" else len(body)
+    sock = _http1(server.origin, "/v1/infer/chat/completions", body, sent)
+    if after_s:
+        time.sleep(after_s)  # the state under test: the engine mid-answer, or the body cut
+    _abrupt(sock)
+    assert wait_for(lambda: _settled(http))
+    assert http.get("/v1/infer/models").status_code == 200
+
+
+def test_a_dropped_http2_connection_ends_every_stream_on_it(
+    server: ServerProcess, http: httpx.Client, model: str
+) -> None:
+    assert wait_for(lambda: _settled(http))
+    body = orjson.dumps({"model": model, "max_tokens": MAX_TOKENS, "messages": COUNTING})
+    host, port = server.origin.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    for index, stream in enumerate((False, True, False)):
+        framed = orjson.dumps({**orjson.loads(body), "stream": stream})
+        headers = [
+            (":method", "POST"), (":path", "/v1/infer/v1/messages"), (":scheme", "http"),
+            (":authority", "node"), ("content-type", "application/json"),
+            ("content-length", str(len(framed))),
+        ]  # fmt: skip
+        conn.send_headers(1 + 2 * index, headers)
+        conn.send_data(1 + 2 * index, framed, end_stream=True)
+    sock.sendall(conn.data_to_send())
+    assert wait_for(lambda: _in_flight(http) == 3)
+    _abrupt(sock)
+    assert wait_for(lambda: _settled(http))

@@ -21,6 +21,7 @@ from server.images.decode import TOKENS_PER_IMAGE
 from server.images.loader import ImageLoader
 from server.models.embedded import ensure_converted
 from server.prompt import load_tokenizer
+from tests.api.conventions import wait_for
 from tests.api.scripted import ScriptedServer, end, scripted_server, text
 from tests.image_server import PHOTO, ImageServer, png
 from tests.server_process import free_port
@@ -226,3 +227,35 @@ def test_remote_image_bytes_count_against_the_organization(
     assert "bytes of remote images per minute" in error["message"]
     assert int(refused.headers["ratelimit-limit"]) == len(PHOTO) + 1000
     assert int(refused.headers["retry-after"]) <= 60
+
+
+@pytest.fixture(scope="module")
+def one_at_a_time(
+    images: ImageServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ScriptedServer]:
+    limits = "[default]\nrequests_in_flight = 1\n"
+    yield from start(images, tmp_path_factory.mktemp("single"), limits)
+
+
+def test_a_client_gone_during_the_image_fetch_is_let_go(
+    one_at_a_time: ScriptedServer, images: ImageServer
+) -> None:
+    """The request held its organization's one place in flight while its image was fetched
+    (1.5 s): the client leaving then gives the place back, and the next request is served."""
+    part = {"type": "image_url", "image_url": {"url": images.url("/slow")}}
+    body = {"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": [part]}]}
+    with httpx.Client(base_url=one_at_a_time.origin, timeout=0.5) as client:
+        with pytest.raises(httpx.ReadTimeout):
+            client.post("/v1/infer/chat/completions", json=body)  # gone before the image came
+    one_at_a_time.play(text("One.", 1), end(20, 1))
+    plain = {"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]}
+    with httpx.Client(base_url=one_at_a_time.origin, timeout=60) as client:
+        served = wait_for(
+            lambda: (
+                (r := client.post("/v1/infer/chat/completions", json=plain)).status_code != 429
+                and r
+            )
+        )
+        assert served.status_code == 200, served.text
+        metrics = client.get("/metrics").text
+    assert "b3os_infer_requests_in_flight 0.0" in metrics
