@@ -124,6 +124,11 @@ class ServerProcess:
         finally:
             self.stop()
 
+    @property
+    def pid(self) -> int:
+        assert self._process is not None
+        return self._process.pid
+
     def kill(self) -> None:
         """SIGKILL to the whole process group: a crash, with no chance to say goodbye."""
         assert self._process is not None

@@ -53,6 +53,10 @@ class ReplayEngine:
     def running_requests(self) -> int:
         return self._running
 
+    @property
+    def restarts(self) -> int:
+        return 0  # nothing to restart
+
     async def load(self) -> EngineLoad | None:
         return EngineLoad(self._running, 0)  # every request runs at once
 

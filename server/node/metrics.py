@@ -79,6 +79,11 @@ class Metrics:
         self.in_flight = Gauge(
             "b3os_infer_requests_in_flight", "Infer requests being answered", registry=r
         )
+        self.engine_restarts = Gauge(
+            "b3os_infer_engine_restarts",
+            "Times this server restarted its in-process model runtime after it died",
+            registry=r,
+        )
         self.engine_running = Gauge(
             "b3os_infer_engine_requests",
             "Requests at the model runtime (running or queued), all its clients' "

@@ -14,7 +14,9 @@ blueprint = Blueprint("metrics", __name__)
 async def metrics() -> Response:
     state = server_state()
     if state.generation is not None:
-        load = await state.generation.engine.load()
+        engine = state.generation.engine
+        state.metrics.engine_restarts.set(engine.restarts)
+        load = await engine.load()
         state.metrics.engine_running.set(-1 if load is None else load.running + load.waiting)
         state.metrics.engine_queue.set(-1 if load is None else load.waiting)
     return Response(state.metrics.render(), content_type=CONTENT_TYPE)

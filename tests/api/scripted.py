@@ -50,6 +50,10 @@ class ScriptedEngine:
     running_requests: int = 0
     requests: list[EngineRequest] = field(default_factory=list)  # what reached the engine
 
+    @property
+    def restarts(self) -> int:
+        return 0  # scripted
+
     async def load(self) -> EngineLoad | None:
         return EngineLoad(self.running_requests, 0)
 

@@ -1,11 +1,18 @@
 """The `sglang` engine: an in-process `sglang.Engine`. Its TokenizerManager runs in this process
 and event loop, as under SGLang's own HTTP server, so a request costs no extra hop: prompt token
-ids in (rendered by this server), incremental text out, RadixAttention prefix caching on."""
+ids in (rendered by this server), incremental text out, RadixAttention prefix caching on.
+
+Supervised: when one of SGLang's subprocesses dies (a scheduler assertion, the OOM killer), the
+requests in flight end with 503 or their stream's error event, the engine is not ready, and a new
+runtime is started in this process, again until one starts (`supervisor.py`)."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import os
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
@@ -14,11 +21,20 @@ from server.engines.base import EngineLimits, EngineLoad, EngineOutput, EngineRe
 from server.engines.sglang import cpu_compat
 from server.engines.sglang.args import logprob_options, server_args, to_sampling_params
 from server.engines.sglang.outputs import finish_of, limits, logprobs_of
+from server.engines.sglang.supervisor import (
+    Supervisor,
+    children,
+    forget_runtime_metrics,
+    no_signal_handlers,
+)
 from server.errors import BackendUnavailable, ContextLengthExceeded, InvalidRequest
 from server.models.embedded import ModelSetupError
 from server.models.source import ModelSource
 
 log = logging.getLogger(__name__)
+
+RESTART_BACKOFF_S = (1.0, 5.0, 30.0)  # between failed restarts; the last one repeats
+LOST_RETRY_AFTER_S = 5
 
 
 class SGLangEngine:
@@ -27,6 +43,12 @@ class SGLangEngine:
         self._source = source
         self._engine: Any = None
         self._limits = EngineLimits(0, 0, 0)
+        self._supervisor: Supervisor | None = None
+        self._readers: set[asyncio.Task[Any]] = set()  # tasks reading a request's outputs
+        self._lost: set[asyncio.Task[Any]] = set()  # of those, the ones cut by a runtime's death
+        self._restarting: asyncio.Task[None] | None = None
+        self._restarts = 0
+        self._multiproc_dir_was_set = "PROMETHEUS_MULTIPROC_DIR" in os.environ
 
     @property
     def limits(self) -> EngineLimits:
@@ -57,7 +79,14 @@ class SGLangEngine:
             sum(int(load.num_waiting_reqs) for load in loads),
         )
 
+    @property
+    def restarts(self) -> int:
+        return self._restarts
+
     async def start(self) -> None:
+        await self._launch()
+
+    async def _launch(self) -> None:
         args = server_args(self._settings, self._source)
         if args["device"] == "cpu":
             cpu_compat.prepare_cpu_runtime()
@@ -78,19 +107,23 @@ class SGLangEngine:
         sglang_logger = logging.getLogger("sglang")
         if not log.isEnabledFor(logging.DEBUG):
             sglang_logger.setLevel(logging.WARNING)  # it logs its 400 server arguments at info
+        before = children()
         engine = await asyncio.to_thread(sglang.Engine, **args)
+        spawned = children() - before
         # SGLang's logger setup replaces the root handlers (basicConfig(force=True)): restore ours.
         logging.getLogger().handlers[:] = root_handlers
         logging.getLogger().setLevel(root_level)
         tokenizer_manager = engine.tokenizer_manager
-        # Bind the TokenizerManager to this loop now rather than on the first request. From the
-        # main thread this also adds SGLang's SIGTERM and SIGQUIT handlers to the loop: the
-        # server puts its own SIGTERM handler back after start() (see server.serve).
-        tokenizer_manager.auto_create_handle_loop()
+        # Bind the TokenizerManager to this loop now rather than on the first request, without
+        # the signal handlers it would add from the main thread (see supervisor.py).
+        with no_signal_handlers(asyncio.get_running_loop()):
+            tokenizer_manager.auto_create_handle_loop()
         self._limits = limits(
             int(tokenizer_manager.context_len), int(tokenizer_manager.max_req_input_len)
         )
         self._engine = engine
+        self._supervisor = Supervisor(spawned, self._died)
+        self._supervisor.start()
         log.info(
             "SGLang ready: context %d tokens, prompts up to %d",
             self._limits.context_length,
@@ -98,9 +131,53 @@ class SGLangEngine:
         )
 
     async def close(self) -> None:
+        if self._restarting is not None:
+            self._restarting.cancel()
+            await asyncio.gather(self._restarting, return_exceptions=True)
+        if self._supervisor is not None:
+            await self._supervisor.stop()
         engine, self._engine = self._engine, None
         if engine is not None:
             await asyncio.to_thread(engine.shutdown)
+
+    async def _died(self, how: str) -> None:
+        """A subprocess of the runtime exited: its requests end now, a new runtime starts."""
+        engine, self._engine = self._engine, None  # not ready; new requests get 503
+        log.error(
+            "the model runtime died: %s; %d requests in flight end, and it restarts",
+            how,
+            len(self._readers),
+        )
+        for task in self._readers:
+            self._lost.add(task)
+            task.cancel()
+        self._restarting = asyncio.get_running_loop().create_task(self._restart(engine))
+
+    async def _restart(self, dead: Any) -> None:
+        started = time.monotonic()
+        for task in dead.tokenizer_manager.asyncio_tasks:  # its loops, on this event loop
+            task.cancel()
+        await asyncio.to_thread(dead.shutdown)  # what is left of it, and its shared memory
+        forget_runtime_metrics(self._multiproc_dir_was_set)
+        for attempt in itertools.count():
+            try:
+                await self._launch()
+            except Exception:
+                wait = RESTART_BACKOFF_S[min(attempt, len(RESTART_BACKOFF_S) - 1)]
+                log.exception("the model runtime did not restart; again in %.0f s", wait)
+                if self._engine is not None:
+                    await asyncio.to_thread(self._engine.shutdown)
+                    self._engine = None
+                forget_runtime_metrics(self._multiproc_dir_was_set)
+                await asyncio.sleep(wait)
+            else:
+                self._restarts += 1
+                log.warning(
+                    "the model runtime restarted in %.1f s (restart %d)",
+                    time.monotonic() - started,
+                    self._restarts,
+                )
+                return
 
     async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
         if self._engine is None:
@@ -118,6 +195,9 @@ class SGLangEngine:
         )
         stream = self._engine.tokenizer_manager.generate_request(obj, None)
         finished = False
+        reader = asyncio.current_task()
+        assert reader is not None
+        self._readers.add(reader)
         try:
             async for chunk in _mapped_errors(stream):
                 meta = chunk["meta_info"]
@@ -131,7 +211,18 @@ class SGLangEngine:
                 )
                 if finished:
                     return
+        except asyncio.CancelledError:
+            if reader not in self._lost:
+                raise  # the client went away
+            reader.uncancel()
+            raise BackendUnavailable(
+                "the model runtime stopped during this answer and is restarting; retry in "
+                f"{LOST_RETRY_AFTER_S} seconds",
+                retry_after=LOST_RETRY_AFTER_S,
+            ) from None
         finally:
+            self._readers.discard(reader)
+            self._lost.discard(reader)
             # Closing SGLang's generator before its finish aborts the request in the scheduler.
             await stream.aclose()
             if not finished:

@@ -93,6 +93,10 @@ class SGLangRemoteEngine:
     def running_requests(self) -> int:
         return self._running
 
+    @property
+    def restarts(self) -> int:
+        return 0  # the remote runtime is restarted by whoever runs it
+
     async def load(self) -> EngineLoad | None:
         return None if self._topology is None else await self._topology.load()
 
