@@ -9,7 +9,7 @@ import logging
 from typing import Any
 
 from quart import Quart, Response, g, request
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
 
 from server.config import Settings
 from server.errors import (
@@ -36,6 +36,7 @@ def create_app(settings: Settings, state: ServerState | None = None) -> Quart:
     app = Quart("b3os-infer")
     app.config.update(
         MAX_CONTENT_LENGTH=settings.max_request_bytes,
+        BODY_TIMEOUT=settings.body_timeout,
         # Streams set their own timeout to none; a JSON answer may take as long as generation.
         RESPONSE_TIMEOUT=None,
         JSON_SORT_KEYS=False,
@@ -120,6 +121,11 @@ async def _http_error(error: HTTPException) -> Response:
         if allowed:
             response.headers["Allow"] = ", ".join(sorted(allowed))
         return response
+    if isinstance(error, RequestTimeout):  # the body is slower than --body-timeout allows
+        limit = server_state().settings.body_timeout
+        return await _render(
+            InvalidRequest(f"the request body did not arrive within {limit:g} seconds")
+        )
     if error.code is not None and 400 <= error.code < 500:
         return await _render(InvalidRequest(error.description or "bad request"))
     return await _unexpected(error)

@@ -46,6 +46,9 @@ class Settings:
     log_level: str = "info"
     cache_dir: Path = Path()
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    body_timeout: float = 60.0  # seconds to receive a whole request body (slow senders: 408)
+    keep_alive_timeout: float = 5.0  # seconds an idle connection is kept open
+    h2_max_streams: int = 100  # concurrent requests on one HTTP/2 connection
     # SGLang options that matter on a GPU; None keeps SGLang's own default.
     mem_fraction_static: float | None = None
     tp_size: int = 1
@@ -117,6 +120,15 @@ _OPTIONS = (
     _Option("log_level", "debug, info, warning or error (default info)"),
     _Option("cache_dir", "where converted models are kept (default ~/.cache/b3os-infer)", Path),
     _Option("max_request_bytes", "largest request body accepted (default 10 MiB)", int),
+    _Option(
+        "body_timeout",
+        "seconds to receive a whole request body; a slower one is refused with 408 (default 60)",
+        float,
+    ),
+    _Option(
+        "keep_alive_timeout", "seconds an idle client connection is kept open (default 5)", float
+    ),
+    _Option("h2_max_streams", "concurrent requests on one HTTP/2 connection (default 100)", int),
     _Option(
         "mem_fraction_static", "SGLang: fraction of GPU memory for weights and KV cache", float
     ),
