@@ -1,0 +1,186 @@
+"""The reusable JSON-schema pieces of the OpenAPI document and the component schemas of what
+the routes answer: error bodies, messages, completions, stream events, models, log entries."""
+
+from __future__ import annotations
+
+from server.protocols.schema import Schema, obj, string
+
+JSON, EVENT_STREAM = "application/json", "text/event-stream"
+INTEGER: Schema = {"type": "integer"}
+NUMBER: Schema = {"type": "number"}
+REQUEST_ID = string(pattern="^req_[0-9a-hjkmnp-tv-z]{26}$")
+
+ANTHROPIC_ERROR = obj(
+    {
+        "type": {"const": "error"},
+        "error": obj(
+            {
+                "type": string(),
+                "message": string(),
+                "details": obj({"error_code": string()}, closed=False),
+            },
+            ("type", "message"),
+        ),
+        "request_id": string(),
+        "b3os": obj({"code": string(), "param": string()}, ("code",)),
+    },
+    ("type", "error"),
+    description="The Anthropic error body; the B3OS code and offending parameter under b3os.",
+)
+OPENAI_ERROR = obj(
+    {
+        "error": obj(
+            {
+                "message": string(),
+                "type": string(),
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+            ("message", "type", "param", "code"),
+        )
+    },
+    ("error",),
+    description="The OpenAI error body; code is the B3OS code.",
+)
+# The Messages routes answer in the Anthropic shape, but what is refused before the infer layer
+# (credentials, scopes, body size, routing) comes in the OpenAI one.
+MESSAGES_ERROR: Schema = {"oneOf": [ANTHROPIC_ERROR, OPENAI_ERROR]}
+
+B3OS = obj(
+    {
+        "route": {"enum": ["local", "gateway"]},
+        "node": string(),
+        "timing": obj({"ttft_ms": NUMBER, "model_ms": NUMBER, "total_ms": NUMBER}),
+    },
+    description="B3OS extension; SDKs ignore it.",
+)
+MESSAGE = obj(
+    {
+        "id": string(),
+        "type": {"const": "message"},
+        "role": {"const": "assistant"},
+        "content": {"type": "array", "items": {"type": "object"}},
+        "model": string(),
+        "stop_reason": {"enum": ["end_turn", "max_tokens", "stop_sequence", "tool_use", "refusal"]},
+        "stop_sequence": {"type": ["string", "null"]},
+        "usage": obj({"input_tokens": INTEGER, "output_tokens": INTEGER}),
+        "b3os": B3OS,
+    },
+    ("id", "type", "role", "content", "model", "stop_reason", "stop_sequence", "usage"),
+    closed=False,
+)
+TOKEN_COUNT = obj({"input_tokens": INTEGER}, ("input_tokens",))
+
+
+def _completion(kind: str) -> Schema:
+    """A chat completion, or one chunk of its stream."""
+    return obj(
+        {
+            "id": string(),
+            "object": {"const": kind},
+            "created": INTEGER,
+            "model": string(),
+            "choices": {"type": "array", "items": {"type": "object"}},
+            "usage": {"type": "object"},
+            "b3os": B3OS,
+        },
+        ("id", "object", "created", "model", "choices"),
+        closed=False,
+    )
+
+
+COMPLETION, CHUNK = _completion("chat.completion"), _completion("chat.completion.chunk")
+ANTHROPIC_EVENTS = (
+    "message_start",
+    "content_block_start",
+    "content_block_delta",
+    "content_block_stop",
+    "message_delta",
+    "message_stop",
+    "ping",
+    "error",
+)
+
+
+def _json_data(schema: Schema) -> Schema:
+    return {"type": "string", "contentMediaType": JSON, "contentSchema": schema}
+
+
+def _anthropic_event(name: str) -> Schema:
+    data = (
+        ANTHROPIC_ERROR
+        if name == "error"
+        else obj({"type": {"const": name}}, ("type",), closed=False)
+    )
+    return obj(
+        {"event": {"const": name}, "data": _json_data(data)}, ("event", "data"), closed=False
+    )
+
+
+# An event-stream schema describes one event, {event, data} (what OpenAPI 3.2 calls itemSchema).
+ANTHROPIC_EVENT: Schema = {
+    "description": "One Messages stream event: data is the JSON whose type is the event name; "
+    "a failure after the head ends the stream with an error event.",
+    "oneOf": [_anthropic_event(name) for name in ANTHROPIC_EVENTS],
+}
+OPENAI_EVENT = obj(
+    {
+        "event": {"const": "message"},
+        "data": {
+            "type": "string",
+            "if": {"const": "[DONE]"},
+            "else": _json_data({"anyOf": [CHUNK, OPENAI_ERROR]}),
+        },
+    },
+    ("data",),
+    closed=False,
+    description="One chunk (or, after the head, an error) as JSON; the stream ends with [DONE].",
+)
+MODEL_LIST = obj(
+    {
+        "object": {"const": "list"},
+        "data": {
+            "type": "array",
+            "items": obj(
+                {
+                    "id": string(),
+                    "object": {"const": "model"},
+                    "created": INTEGER,
+                    "owned_by": string(),
+                    "context_length": INTEGER,
+                    "max_request_bytes": INTEGER,
+                    "capabilities": {"type": "array", "items": string()},
+                },
+                ("id", "object", "context_length", "max_request_bytes", "capabilities"),
+                closed=False,
+            ),
+        },
+    },
+    ("object", "data"),
+)
+REQUEST_ENTRY = obj(
+    {
+        "id": REQUEST_ID,
+        "object": {"const": "infer.request"},
+        "route": string(),
+        "model": string(),
+        "created": INTEGER,
+        "status": {"enum": ["running", "succeeded", "failed", "canceled", "interrupted"]},
+        "stream": {"type": "boolean"},
+        "finish_reason": {"type": ["string", "null"]},
+        "stop_sequence": {"type": ["string", "null"]},
+        "error": {"anyOf": [obj({"code": string()}, ("code",)), {"type": "null"}]},
+        "usage": obj(
+            {"prompt_tokens": INTEGER, "completion_tokens": INTEGER, "cached_tokens": INTEGER},
+            ("prompt_tokens", "completion_tokens", "cached_tokens"),
+        ),
+        "timing": {"type": "object", "additionalProperties": NUMBER},
+        "duration_ms": {"type": ["number", "null"]},
+    },
+    ("id", "object", "route", "model", "created", "status", "usage", "timing"),
+    closed=False,
+)
+READY = obj({"status": {"const": "ready"}, "running_requests": INTEGER}, ("status",))
+NOT_READY = obj(
+    {"status": {"enum": ["starting", "unavailable"]}, "running_requests": INTEGER}, ("status",)
+)
