@@ -49,6 +49,7 @@ class Settings:
     body_timeout: float = 60.0  # seconds to receive a whole request body (slow senders: 408)
     keep_alive_timeout: float = 5.0  # seconds an idle connection is kept open
     h2_max_streams: int = 100  # concurrent requests on one HTTP/2 connection
+    stream_stall_timeout: float = 60.0  # a stream whose client takes nothing this long is cut
     # SGLang options that matter on a GPU; None keeps SGLang's own default.
     mem_fraction_static: float | None = None
     tp_size: int = 1
@@ -129,6 +130,12 @@ _OPTIONS = (
         "keep_alive_timeout", "seconds an idle client connection is kept open (default 5)", float
     ),
     _Option("h2_max_streams", "concurrent requests on one HTTP/2 connection (default 100)", int),
+    _Option(
+        "stream_stall_timeout",
+        "seconds a stream's client may take nothing before the stream and its generation are "
+        "cut (default 60; 0: never)",
+        float,
+    ),
     _Option(
         "mem_fraction_static", "SGLang: fraction of GPU memory for weights and KV cache", float
     ),

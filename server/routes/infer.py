@@ -4,6 +4,7 @@ for the first generated token."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -190,17 +191,46 @@ async def _stream(
         await events.aclose()
         raise
 
+    stall_s = server_state().settings.stream_stall_timeout
+
     async def body() -> AsyncIterator[bytes]:
+        # A stream that cannot be written for stall_s (its client takes nothing, or next to
+        # nothing): the task sending it is cancelled, and with it the engine request, as for a
+        # client gone. Armed only while a chunk is being sent, never while the engine works.
+        sending = asyncio.current_task()
+        assert sending is not None
+        loop = asyncio.get_running_loop()
+
+        def stalled() -> None:
+            log.info("%s: the stream could not be written for %g s; cut", request_id, stall_s)
+            sending.cancel()
+
+        def arm() -> asyncio.TimerHandle | None:
+            return loop.call_later(stall_s, stalled) if stall_s > 0 else None
+
+        guard: asyncio.TimerHandle | None = None
         try:
+            guard = arm()
             yield encoder.start() + encoder.encode(first)
+            if guard is not None:
+                guard.cancel()
             async for event in events:
+                guard = arm()
                 yield encoder.encode(event)
+                if guard is not None:
+                    guard.cancel()
         except InferError as error:
+            guard = arm()
             yield encoder.error(public(error, request_id))
         except Exception:
             log.exception("stream of %s failed", request_id)
+            guard = arm()
             yield encoder.error(InternalError.for_request(request_id))
         finally:
+            if guard is not None:
+                guard.cancel()
+            if stall_s > 0:  # the last chunks are still being sent: bounded too (a no-op once
+                loop.call_later(stall_s, sending.cancel)  # the response, and its task, ended)
             await events.aclose()  # a client gone mid-stream aborts the engine request
             record.duration_ms = record.timing.since_start()
             requests.update(record)
