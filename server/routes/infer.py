@@ -196,41 +196,42 @@ async def _stream(
     async def body() -> AsyncIterator[bytes]:
         # A stream that cannot be written for stall_s (its client takes nothing, or next to
         # nothing): the task sending it is cancelled, and with it the engine request, as for a
-        # client gone. Armed only while a chunk is being sent, never while the engine works.
+        # client gone. Counted only while a chunk is being sent, never while the engine works:
+        # one timer per stream, and per chunk only the time it was handed over.
         sending = asyncio.current_task()
         assert sending is not None
         loop = asyncio.get_running_loop()
+        since: float | None = None  # when the chunk being sent was handed over; None: none is
 
-        def stalled() -> None:
-            log.info("%s: the stream could not be written for %g s; cut", request_id, stall_s)
-            sending.cancel()
+        def watch() -> None:
+            now = loop.time()
+            if since is not None and now - since >= stall_s:
+                log.info("%s: the stream could not be written for %g s; cut", request_id, stall_s)
+                sending.cancel()  # a no-op once the response, and its task, ended
+                return
+            # Looked at again when this chunk's time is up, or soon (a quarter of the bound, so a
+            # stall is cut within 1.25 times it) if none is being sent.
+            loop.call_at(now + stall_s / 4 if since is None else since + stall_s, watch)
 
-        def arm() -> asyncio.TimerHandle | None:
-            return loop.call_later(stall_s, stalled) if stall_s > 0 else None
-
-        guard: asyncio.TimerHandle | None = None
+        if stall_s > 0:
+            loop.call_later(stall_s, watch)
         try:
-            guard = arm()
+            since = loop.time()
             yield encoder.start() + encoder.encode(first)
-            if guard is not None:
-                guard.cancel()
+            since = None
             async for event in events:
-                guard = arm()
+                since = loop.time()
                 yield encoder.encode(event)
-                if guard is not None:
-                    guard.cancel()
+                since = None
         except InferError as error:
-            guard = arm()
+            since = loop.time()
             yield encoder.error(public(error, request_id))
         except Exception:
             log.exception("stream of %s failed", request_id)
-            guard = arm()
+            since = loop.time()
             yield encoder.error(InternalError.for_request(request_id))
         finally:
-            if guard is not None:
-                guard.cancel()
-            if stall_s > 0:  # the last chunks are still being sent: bounded too (a no-op once
-                loop.call_later(stall_s, sending.cancel)  # the response, and its task, ended)
+            since = loop.time()  # what is left is being sent: bounded too
             await events.aclose()  # a client gone mid-stream aborts the engine request
             record.duration_ms = record.timing.since_start()
             requests.update(record)
