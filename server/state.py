@@ -54,8 +54,8 @@ class ServerState:
     engine_factory: EngineFactory = create_engine
     images: ImageLoader = field(default_factory=lambda: ImageLoader(EgressGuard()))
     vision: bool | None = None  # the model takes images; None: as its config says
-    # Called once the engine runs: SGLang binds signal handlers then, and the server wants SIGTERM
-    # back; and called with an exit code when the start fails.
+    # Called once the engine runs (the server's signal handlers are put in place again then,
+    # whatever the runtime's start did to them); and with an exit code when the start fails.
     on_engine_started: Callable[[], None] = lambda: None
     on_start_failed: Callable[[int], None] = lambda code: None
     # Running as a node: keys, limits, metering, metrics (built from the settings).
