@@ -24,7 +24,16 @@ from server.errors import (
 from server.protocols.anthropic.encode import error_body as anthropic_error
 from server.protocols.openai.encode import error_body as openai_error
 from server.requestlog import RequestRecord
-from server.routes import chat, health, messages, metrics, models, openapi, requests
+from server.routes import (
+    chat,
+    health,
+    messages,
+    metrics,
+    models,
+    openapi,
+    requests,
+    responses,
+)
 from server.routes.infer import json_response, route_label
 from server.state import EXTENSION, ServerState, server_state
 from server.timing import Timing
@@ -42,7 +51,7 @@ def create_app(settings: Settings, state: ServerState | None = None) -> Quart:
         JSON_SORT_KEYS=False,
     )
     app.extensions[EXTENSION] = state or ServerState(settings)
-    for module in (health, messages, chat, models, requests, openapi, metrics):
+    for module in (health, messages, chat, responses, models, requests, openapi, metrics):
         app.register_blueprint(module.blueprint)
     app.before_request(_begin)
     app.after_request(_headers)

@@ -21,6 +21,7 @@ from server.canonical import (
     FinishReason,
     GenerateRequest,
     Logprobs,
+    ThinkingEnd,
     ThinkingMode,
     TokenLogprob,
     ToolChoiceKind,
@@ -186,6 +187,7 @@ class Generation:
         record.prompt_tokens = prepared.prompt.num_tokens
         parser = OutputParser(prepared.calls, tool_call_id, prepared.thinking, self.sign)
         submitted = time.perf_counter()
+        reasoning_tokens = 0  # the completion tokens once the reasoning ended
         try:
             # Closed explicitly (not left to the garbage collector): closing aborts the request.
             async with aclosing(self.engine.generate(prepared.engine_request)) as outputs:
@@ -199,6 +201,8 @@ class Generation:
                     if output.logprobs and prepared.request.sampling.logprobs:
                         yield Logprobs(tuple(map(self._token_logprob, output.logprobs)))
                     for event in parser.feed(output.text):
+                        if isinstance(event, ThinkingEnd):
+                            reasoning_tokens = output.completion_tokens
                         yield event
                     if output.finish is not None:
                         timing.record("model", submitted)
@@ -206,8 +210,10 @@ class Generation:
                             timing.phases["queue"] = output.finish.queue_ms
                         cut = output.finish.kind is StopKind.LENGTH
                         for event in parser.finish(cut):
+                            if isinstance(event, ThinkingEnd):  # cut while reasoning
+                                reasoning_tokens = output.completion_tokens
                             yield event
-                        finish = _finish(output.finish, parser.num_calls)
+                        finish = _finish(output.finish, parser.num_calls, reasoning_tokens)
                         record.finished(finish)
                         await tracker.settle()
                         yield finish
@@ -256,8 +262,10 @@ class Generation:
             yield output
 
 
-def _finish(finish: EngineFinish, num_calls: int) -> Finish:
-    usage = Usage(finish.prompt_tokens, finish.completion_tokens, finish.cached_tokens)
+def _finish(finish: EngineFinish, num_calls: int, reasoning_tokens: int = 0) -> Finish:
+    usage = Usage(
+        finish.prompt_tokens, finish.completion_tokens, finish.cached_tokens, reasoning_tokens
+    )
     reason = _FINISH_REASONS[finish.kind]
     if reason is FinishReason.END_TURN and num_calls:
         reason = FinishReason.TOOL_USE

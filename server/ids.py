@@ -56,6 +56,17 @@ def completion_id(request_id: str) -> str:
     return "chatcmpl-" + request_id.removeprefix("req_")
 
 
+def response_id(request_id: str) -> str:
+    """The OpenAI Responses id of a request: `resp_` and the request's ULID."""
+    return "resp_" + request_id.removeprefix("req_")
+
+
+def output_item_id(prefix: str, request_id: str, index: int) -> str:
+    """The id of a Responses output item (`msg`, `fc`, `rs`): its kind, the request's ULID and
+    its place in the output, so that every item id of a response is its own and says whose."""
+    return f"{prefix}_{request_id.removeprefix('req_')}{index:03d}"
+
+
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import httpx
 
-STARTUP_TIMEOUT_S = 600.0
-PR_SET_PDEATHSIG = 1  # a fresh machine converts the embedded model first
+# A fresh machine converts the embedded model first. Well under pytest's own timeout (600 s),
+# so that a server that never gets ready fails with its log, not with pytest's stack dump.
+STARTUP_TIMEOUT_S = 300.0
+PR_SET_PDEATHSIG = 1
 
 
 def _stop_with_parent() -> None:
@@ -86,13 +88,18 @@ class ServerProcess:
         """Until the engine answers requests."""
         self._wait_for("/readyz", verify)
 
-    def wait_for(self, path: str, verify: ssl.SSLContext | bool = True) -> None:
-        """Until GET `path` answers 200."""
-        self._wait_for(path, verify)
+    def wait_for(
+        self, path: str, verify: ssl.SSLContext | bool = True, *, deadline: float | None = None
+    ) -> None:
+        """Until GET `path` answers 200; by `deadline` (monotonic seconds) where given."""
+        self._wait_for(path, verify, deadline)
 
-    def _wait_for(self, path: str, verify: ssl.SSLContext | bool) -> None:
+    def _wait_for(
+        self, path: str, verify: ssl.SSLContext | bool, deadline: float | None = None
+    ) -> None:
         assert self._process is not None
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        if deadline is None:
+            deadline = time.monotonic() + STARTUP_TIMEOUT_S
         with httpx.Client(verify=verify, timeout=5) as client:
             while time.monotonic() < deadline:
                 if self._process.poll() is not None:
@@ -103,7 +110,7 @@ class ServerProcess:
                 except httpx.TransportError:
                     pass
                 time.sleep(0.5)
-        raise RuntimeError(f"server not ready after {STARTUP_TIMEOUT_S} s:\n{self.log_tail()}")
+        raise RuntimeError(f"{self.origin}{path} not answering 200 in time:\n{self.log_tail()}")
 
     def stop(self) -> int | None:
         if self._process is None:

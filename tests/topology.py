@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.server_process import ServerProcess, free_port
+from tests.server_process import STARTUP_TIMEOUT_S, ServerProcess, free_port
 
 WORKER_CONTEXT = 4096
 WORKER_ARGS = ("--context-length", str(WORKER_CONTEXT), "--max-total-tokens", "8192")
@@ -64,14 +64,22 @@ def running_topology(folder: Path, *model_args: str) -> Iterator[RouterTopology]
     used once the router holds both healthy."""
     workers = (worker(folder, "worker-a", *model_args), worker(folder, "worker-b", *model_args))
     topology = RouterTopology(router(folder, workers), workers)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S  # for the three together
     with ExitStack() as stack:
         for process in (*workers, topology.router):
             process.start()
             stack.callback(process.stop)
-        for process in workers:
-            process.wait_for("/health_generate")
-        topology.router.wait_for("/readiness")
-        wait_until_healthy(topology)
+        try:
+            for process in workers:
+                process.wait_for("/health_generate", deadline=deadline)
+            topology.router.wait_for("/readiness", deadline=deadline)
+            wait_until_healthy(topology, deadline)
+        except (RuntimeError, AssertionError) as error:
+            logs = "\n".join(
+                f"--- {process.log_path.name} ---\n{process.log_tail(40)}"
+                for process in (*workers, topology.router)
+            )
+            raise RuntimeError(f"the router topology did not start: {error}\n{logs}") from None
         yield topology
 
 
@@ -88,10 +96,11 @@ def healthy_workers(topology: RouterTopology) -> dict[str, bool]:
     return {worker["url"]: worker["is_healthy"] for worker in listed}
 
 
-def wait_until_healthy(topology: RouterTopology, timeout: float = 120.0) -> None:
-    """Until the router lists every worker, each healthy."""
+def wait_until_healthy(topology: RouterTopology, deadline: float | None = None) -> None:
+    """Until the router lists every worker, each healthy (for two minutes at most, or until
+    `deadline` in monotonic seconds)."""
     expected = {worker.origin for worker in topology.workers}
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + 120.0 if deadline is None else deadline
     while time.monotonic() < deadline:
         try:
             seen = healthy_workers(topology)

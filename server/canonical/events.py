@@ -21,6 +21,7 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    reasoning_tokens: int = 0  # of completion_tokens: those generated up to the reasoning's end
 
 
 @dataclass(frozen=True, slots=True)

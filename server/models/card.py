@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The APIs every served model answers on: Anthropic Messages, OpenAI Chat Completions and
+# OpenAI Responses, named as the request log names their routes.
+PROTOCOLS = ("messages", "chat.completions", "responses")
+
 
 @dataclass(frozen=True, slots=True)
 class ModelCard:
@@ -27,6 +31,7 @@ class ModelCard:
             "context_length": self.context_length,
             "max_request_bytes": self.max_request_bytes,
             "capabilities": list(self.capabilities),
+            "protocols": list(PROTOCOLS),
         }
 
 

@@ -30,10 +30,13 @@ from server.openapi.schemas import (
     READY,
     REQUEST_ENTRY,
     REQUEST_ID,
+    RESPONSE,
+    RESPONSES_EVENT,
     TOKEN_COUNT,
 )
 from server.protocols.anthropic.schema import COUNT_TOKENS_REQUEST, MESSAGES_REQUEST
 from server.protocols.openai.schema import CHAT_REQUEST
+from server.protocols.responses.schema import RESPONSES_REQUEST
 from server.protocols.schema import Schema, obj, string
 
 SECURITY: list[dict[str, list[str]]] = [{"apiKey": []}, {"xApiKey": []}]  # either; none if open
@@ -46,6 +49,10 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
     "createChatCompletion": [
         {**HELLO, "max_completion_tokens": 64},
         {**HELLO, "stream": True, "stream_options": {"include_usage": True}},
+    ],
+    "createResponse": [
+        {"model": SERVED_NAME, "input": "Say hello.", "max_output_tokens": 64},
+        {"model": SERVED_NAME, "input": "Say hello.", "stream": True},
     ],
 }
 
@@ -115,6 +122,15 @@ def path_items() -> dict[str, Any]:
             "Create a chat completion (OpenAI Chat Completions API)",
             CHAT_REQUEST,
             _generation(COMPLETION, OPENAI_EVENT),
+            INFER_ERRORS,
+            OPENAI_ERROR,
+        ),
+        "/v1/infer/responses": _infer(
+            "createResponse",
+            "Create a response (OpenAI Responses API; stateless: the input is the whole "
+            "conversation)",
+            RESPONSES_REQUEST,
+            _generation(RESPONSE, RESPONSES_EVENT),
             INFER_ERRORS,
             OPENAI_ERROR,
         ),

@@ -136,6 +136,35 @@ OPENAI_EVENT = obj(
     closed=False,
     description="One chunk (or, after the head, an error) as JSON; the stream ends with [DONE].",
 )
+RESPONSE = obj(
+    {
+        "id": string(pattern="^resp_[0-9a-hjkmnp-tv-z]{26}$"),
+        "object": {"const": "response"},
+        "created_at": INTEGER,
+        "status": {"enum": ["in_progress", "completed", "incomplete", "failed"]},
+        "error": {"type": ["object", "null"]},
+        "incomplete_details": {"type": ["object", "null"]},
+        "model": string(),
+        "output": {"type": "array", "items": {"type": "object"}},
+        "usage": {"type": ["object", "null"]},
+        "b3os": B3OS,
+    },
+    ("id", "object", "created_at", "status", "model", "output"),
+    closed=False,
+)
+RESPONSES_EVENT = obj(
+    {
+        "event": string(),
+        "data": _json_data(
+            obj({"type": string(), "sequence_number": INTEGER}, ("type",), closed=False)
+        ),
+    },
+    ("event", "data"),
+    closed=False,
+    description="One Responses stream event: event is the data's type (response.created, "
+    "response.output_text.delta, ..., response.completed or response.incomplete); a failure "
+    "after the head is an error event, then response.failed.",
+)
 MODEL_LIST = obj(
     {
         "object": {"const": "list"},
@@ -150,6 +179,10 @@ MODEL_LIST = obj(
                     "context_length": INTEGER,
                     "max_request_bytes": INTEGER,
                     "capabilities": {"type": "array", "items": string()},
+                    "protocols": {
+                        "type": "array",
+                        "items": {"enum": ["messages", "chat.completions", "responses"]},
+                    },
                 },
                 ("id", "object", "context_length", "max_request_bytes", "capabilities"),
                 closed=False,

@@ -1,0 +1,301 @@
+"""OpenAI Responses request JSON -> the canonical request and what the response object repeats of
+it, every member checked: taken, accepted and ignored, or `unsupported_parameter` naming it. The
+node is stateless: `store` is false, and what needs a stored response or conversation is
+refused with the reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from server.canonical import (
+    GenerateRequest,
+    ResponseFormat,
+    Sampling,
+    ThinkingConfig,
+    ThinkingMode,
+    Tool,
+    ToolChoice,
+    ToolChoiceKind,
+)
+from server.errors import InvalidRequest, UnsupportedParameter
+from server.protocols.fields import Fields
+from server.protocols.openai.decode import EMPTY_PARAMETERS, NAME
+from server.protocols.responses.input import STATELESS, conversation
+from server.protocols.rules import json_schema, tool_names
+
+# OpenAI's tools that run on its side: named in the refusal, so a client knows why.
+BUILT_IN_TOOLS = (
+    "web_search", "web_search_preview", "web_search_2025_08_26",
+    "web_search_preview_2025_03_11", "file_search", "code_interpreter", "computer",
+    "computer_use", "computer_use_preview", "mcp", "image_generation", "local_shell", "shell",
+    "apply_patch", "custom",
+)  # fmt: skip
+# reasoning.effort -> the reasoning's budget of tokens (the grammar closes it when spent);
+# the answer's max_output_tokens bounds both. "none" answers without reasoning.
+REASONING_BUDGETS = {"minimal": 256, "low": 1024, "medium": 4096, "high": 16384, "xhigh": 32768}
+INCLUDABLE = ("message.output_text.logprobs", "reasoning.encrypted_content")
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesEcho:
+    """The request's settings as the response object repeats them (OpenAI's defaults where the
+    request left one out)."""
+
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    parallel_tool_calls: bool = True
+    reasoning: dict[str, Any] = field(default_factory=lambda: {"effort": None, "summary": None})
+    service_tier: str = "default"
+    temperature: float = 1.0
+    text: dict[str, Any] = field(default_factory=lambda: {"format": {"type": "text"}})
+    tool_choice: Any = "auto"
+    tools: tuple[dict[str, Any], ...] = ()
+    top_logprobs: int = 0
+    top_p: float = 1.0
+    user: str | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+
+
+def decode_responses(body: Any) -> tuple[GenerateRequest, ResponsesEcho]:
+    fields = Fields(body)
+    model = fields.string("model", required=True, min_length=1, max_length=256)
+    _stateless(fields)
+    instructions = fields.value.get("instructions")
+    messages = conversation(fields)
+    tools, wire_tools = _tools(fields)
+    choice, wire_choice = _tool_choice(fields, tools)
+    response_format, wire_text = _text(fields)
+    thinking, wire_reasoning = _reasoning(fields)
+    logprobs = _include(fields)
+    top_logprobs = fields.integer("top_logprobs", minimum=0, maximum=20)
+    sampling = Sampling(
+        max_tokens=fields.integer("max_output_tokens", minimum=1),
+        temperature=fields.number("temperature", minimum=0, maximum=2),
+        top_p=fields.number("top_p", minimum=0, maximum=1),
+        logprobs=logprobs,
+        top_logprobs=top_logprobs if logprobs else None,
+    )
+    request = GenerateRequest(
+        model=model,
+        messages=messages,
+        sampling=sampling,
+        stream=fields.boolean("stream") or False,
+        tools=tools,
+        tool_choice=choice,
+        response_format=response_format,
+        thinking=thinking,
+    )
+    _stream_options(fields)
+    echo = ResponsesEcho(
+        instructions=instructions,
+        max_output_tokens=sampling.max_tokens,
+        metadata=_metadata(fields),
+        parallel_tool_calls=choice.parallel,
+        reasoning=wire_reasoning,
+        service_tier=fields.choice("service_tier", ("auto", "default", "flex", "priority"))
+        or "default",
+        temperature=1.0 if sampling.temperature is None else sampling.temperature,
+        text=wire_text,
+        tool_choice=wire_choice,
+        tools=wire_tools,
+        top_logprobs=top_logprobs or 0,
+        top_p=1.0 if sampling.top_p is None else sampling.top_p,
+        user=fields.string("user"),
+        prompt_cache_key=fields.string("prompt_cache_key"),  # the prefix cache needs no key
+        safety_identifier=fields.string("safety_identifier"),
+    )
+    fields.done()
+    return request, echo
+
+
+def _stateless(fields: Fields) -> None:
+    """What would need the node to keep responses or conversations, refused with the reason;
+    the settings that mean "keep nothing" taken."""
+    for name in ("previous_response_id", "conversation", "prompt"):
+        if name in fields:
+            raise UnsupportedParameter(f"{name} is not supported: {STATELESS}", param=name)
+        fields.raw(name)
+    if fields.boolean("store"):
+        raise UnsupportedParameter(
+            f"store: true is not supported: {STATELESS}; send store: false or leave it out",
+            param="store",
+        )
+    if fields.boolean("background"):
+        raise UnsupportedParameter(
+            "background: true is not supported: this node answers while the request is open; "
+            "stream the response instead",
+            param="background",
+        )
+    if fields.choice("truncation", ("auto", "disabled")) == "auto":
+        raise UnsupportedParameter(
+            "truncation: auto is not supported: this node never drops input; a conversation "
+            "beyond the window is refused (truncation: disabled)",
+            param="truncation",
+        )
+    if "max_tool_calls" in fields:
+        raise UnsupportedParameter(
+            "max_tool_calls is not supported on this node; parallel_tool_calls: false allows "
+            "one call per answer",
+            param="max_tool_calls",
+        )
+
+
+def _include(fields: Fields) -> bool:
+    """`include`: whether the answer's tokens come with their log probabilities. Encrypted
+    reasoning is accepted: reasoning comes back in the clear, as its summary."""
+    logprobs = False
+    for path, value in fields.items("include"):
+        if value not in INCLUDABLE:
+            raise UnsupportedParameter(
+                f"{path}: {value!r} cannot be included on this node (it includes "
+                f"{', '.join(INCLUDABLE)})",
+                param=path,
+            )
+        logprobs = logprobs or value == "message.output_text.logprobs"
+    return logprobs
+
+
+def _stream_options(fields: Fields) -> None:
+    """Taken with or without stream (without, it has no effect)."""
+    options = fields.object("stream_options")
+    if options is not None:
+        options.boolean("include_obfuscation")  # nothing is obfuscated: accepted, no effect
+        options.done()
+
+
+def _metadata(fields: Fields) -> dict[str, str]:
+    metadata = fields.object("metadata")
+    if metadata is None:
+        return {}
+    if len(metadata.value) > 16:
+        raise InvalidRequest("metadata takes at most 16 keys", param="metadata")
+    taken = {}
+    for key in list(metadata.value):
+        if len(key) > 64:
+            raise InvalidRequest("metadata keys are at most 64 characters", param="metadata")
+        taken[key] = metadata.string(key, required=True, max_length=512)
+    metadata.done()
+    return taken
+
+
+def _tools(fields: Fields) -> tuple[tuple[Tool, ...], tuple[dict[str, Any], ...]]:
+    tools, wire = [], []
+    for path, item in fields.items("tools"):
+        tool = Fields(item, path)
+        kind = tool.string("type", required=True)
+        if kind in BUILT_IN_TOOLS:
+            raise UnsupportedParameter(
+                f"{path}.type: {kind} is one of OpenAI's built-in tools, which this node does "
+                "not run; it takes tools of type function",
+                param=f"{path}.type",
+            )
+        if kind != "function":
+            raise InvalidRequest(f"{path}.type must be function", param=f"{path}.type")
+        name = tool.string("name", required=True)
+        description = tool.string("description")
+        parameters = tool.raw("parameters")
+        schema = EMPTY_PARAMETERS
+        if parameters is not None:
+            schema = json_schema(parameters, f"{path}.parameters")
+        strict = tool.boolean("strict")
+        tool.done()
+        tools.append(Tool(name, description, schema, strict is not False, f"{path}.parameters"))
+        wire.append(
+            {
+                "type": "function",
+                "name": name,
+                "description": description,
+                "parameters": parameters,
+                "strict": strict is not False,
+            }
+        )
+    tool_names([(f"tools.{i}.name", t.name) for i, t in enumerate(tools)], NAME, 64)
+    return tuple(tools), tuple(wire)
+
+
+def _tool_choice(fields: Fields, tools: tuple[Tool, ...]) -> tuple[ToolChoice, Any]:
+    parallel = fields.boolean("parallel_tool_calls")
+    parallel = True if parallel is None else parallel
+    value = fields.raw("tool_choice")
+    if value is None or value == "auto":
+        return ToolChoice(ToolChoiceKind.AUTO, parallel=parallel), "auto"
+    if value == "none":
+        return ToolChoice(ToolChoiceKind.NONE, parallel=parallel), "none"
+    if value == "required":
+        if not tools:
+            raise InvalidRequest("tool_choice required needs tools", param="tool_choice")
+        return ToolChoice(ToolChoiceKind.ANY, parallel=parallel), "required"
+    if not isinstance(value, dict):
+        raise InvalidRequest(
+            "tool_choice must be none, auto, required or a function choice", param="tool_choice"
+        )
+    choice = Fields(value, "tool_choice")
+    kind = choice.string("type", required=True)
+    if kind != "function":
+        raise UnsupportedParameter(
+            f"tool_choice.type: {kind} is not supported on this node; it takes none, auto, "
+            "required or {type: function, name}",
+            param="tool_choice.type",
+        )
+    name = choice.string("name", required=True)
+    choice.done()
+    if name not in {tool.name for tool in tools}:
+        raise InvalidRequest(
+            f"tool_choice.name: {name} is not one of tools", param="tool_choice.name"
+        )
+    return ToolChoice(ToolChoiceKind.NAMED, name, parallel), {"type": "function", "name": name}
+
+
+def _text(fields: Fields) -> tuple[ResponseFormat | None, dict[str, Any]]:
+    text = fields.object("text")
+    if text is None:
+        return None, {"format": {"type": "text"}}
+    wire: dict[str, Any] = {"format": {"type": "text"}}
+    verbosity = text.choice("verbosity", ("low", "medium", "high"))  # a hint: accepted
+    if verbosity is not None:
+        wire["verbosity"] = verbosity
+    form = text.object("format")
+    if form is None:
+        text.done()
+        return None, wire
+    kind = form.choice("type", ("text", "json_object", "json_schema"), required=True)
+    text.done()
+    if kind != "json_schema":
+        form.done()
+        wire["format"] = {"type": kind}
+        return (None if kind == "text" else ResponseFormat("json_object")), wire
+    name = form.string("name", required=True)
+    if not NAME.fullmatch(name):
+        path = "text.format.name"
+        raise InvalidRequest(
+            f"{path} must be 1 to 64 letters, digits, underscores or hyphens", param=path
+        )
+    description = form.string("description")
+    strict = form.boolean("strict")
+    schema = json_schema(form.raw("schema", required=True), "text.format.schema")
+    form.done()
+    wire["format"] = {
+        "type": "json_schema",
+        "description": description,
+        "name": name,
+        "schema": schema,
+        "strict": strict,
+    }
+    return ResponseFormat("json_schema", schema, "text.format.schema"), wire
+
+
+def _reasoning(fields: Fields) -> tuple[ThinkingConfig, dict[str, Any]]:
+    reasoning = fields.object("reasoning")
+    if reasoning is None:
+        return ThinkingConfig(), {"effort": None, "summary": None}
+    effort = reasoning.choice("effort", ("none", *REASONING_BUDGETS))
+    summary = reasoning.choice("summary", ("auto", "concise", "detailed"))
+    generate_summary = reasoning.choice("generate_summary", ("auto", "concise", "detailed"))
+    reasoning.done()
+    wire = {"effort": effort, "summary": summary or generate_summary}
+    if effort is None or effort == "none":
+        return ThinkingConfig(), wire
+    return ThinkingConfig(ThinkingMode.ENABLED, REASONING_BUDGETS[effort]), wire

@@ -1,0 +1,185 @@
+"""Responses `instructions` and `input` -> canonical messages. The node keeps no conversation, so
+`input` is the whole of it: messages, and the items of earlier answers sent back as they came
+(reasoning, function calls, their outputs), which join the assistant turn they belong to."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from server.canonical import Image, Message, Part, Role, Text, Thinking, ToolCall, ToolResult
+from server.errors import InvalidRequest, UnsupportedParameter
+from server.protocols.fields import Fields, describe
+from server.protocols.rules import data_url, https_url
+
+_ROLES: dict[str, Role] = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+}
+ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
+# Parts each role may send: what clients write, and what an earlier answer held.
+_PARTS: dict[Role, tuple[str, ...]] = {
+    "system": ("input_text",),
+    "user": ("input_text", "input_image"),
+    "assistant": ("output_text", "refusal"),
+}
+_STATUSES = ("in_progress", "completed", "incomplete")
+STATELESS = "this node keeps no conversation state; send the whole conversation as input"
+
+
+def conversation(fields: Fields) -> tuple[Message, ...]:
+    """`instructions` first (a system turn), then `input`: a string is one user turn."""
+    found: list[Message] = []
+    instructions = fields.string("instructions")
+    if instructions:
+        found.append(Message("system", (Text(instructions),)))
+    value = fields.raw("input", required=True)
+    if isinstance(value, str):
+        found.append(Message("user", (Text(value),)))
+        return tuple(found)
+    if not isinstance(value, list):
+        raise InvalidRequest(
+            f"input must be a string or an array of items, not {describe(value)}", param="input"
+        )
+    if not value:
+        raise InvalidRequest("input must have at least one item", param="input")
+    for path, item in fields.items("input"):
+        _item(found, path, item)
+    return tuple(found)
+
+
+def _item(found: list[Message], path: str, item: Any) -> None:
+    fields = Fields(item, path)
+    kind = fields.string("type") or "message"  # a message may leave its type out
+    if kind == "item_reference":
+        raise UnsupportedParameter(
+            f"{path}: item references need stored items; {STATELESS}", param=f"{path}.type"
+        )
+    if kind not in ITEM_TYPES:
+        raise UnsupportedParameter(
+            f"{path}.type: {kind} items are not taken on this node (it takes "
+            f"{', '.join(ITEM_TYPES)})",
+            param=f"{path}.type",
+        )
+    fields.string("id")  # the id an earlier answer gave the item: not needed
+    fields.choice("status", _STATUSES)
+    if kind == "message":
+        role = _ROLES[fields.choice("role", tuple(_ROLES), required=True)]
+        parts = _content(fields, role)
+        fields.done()
+        if role == "assistant":
+            _assistant(found, parts)
+        else:
+            found.append(Message(role, parts))
+    elif kind == "function_call":
+        call_id = fields.string("call_id", required=True, min_length=1)
+        name = fields.string("name", required=True, min_length=1)
+        arguments = fields.string("arguments", required=True)
+        fields.done()
+        _assistant(found, (ToolCall(call_id, name, arguments),))
+    elif kind == "function_call_output":
+        call_id = fields.string("call_id", required=True, min_length=1)
+        output = _output(fields)
+        fields.done()
+        found.append(Message("tool", (ToolResult(call_id, output),)))
+    else:
+        text = _reasoning(fields)
+        fields.done()
+        if text:
+            _assistant(found, (Thinking(text),))
+
+
+def _assistant(found: list[Message], parts: tuple[Part, ...]) -> None:
+    """Reasoning, text and calls of one answer come as separate items: one assistant turn."""
+    if found and found[-1].role == "assistant":
+        found[-1] = Message("assistant", found[-1].parts + parts)
+    else:
+        found.append(Message("assistant", parts))
+
+
+def _content(fields: Fields, role: Role) -> tuple[Part, ...]:
+    path = f"{fields.path}.content"
+    content = fields.raw("content", required=True)
+    if isinstance(content, str):
+        return (Text(content),)
+    if not isinstance(content, list):
+        raise InvalidRequest(
+            f"{path} must be a string or an array of parts, not {describe(content)}", param=path
+        )
+    return tuple(_part(f"{path}.{i}", part, _PARTS[role]) for i, part in enumerate(content))
+
+
+def _part(path: str, part: Any, allowed: tuple[str, ...]) -> Text | Image:
+    fields = Fields(part, path)
+    kind = fields.string("type", required=True)
+    if kind not in allowed:
+        raise InvalidRequest(
+            f"{path}.type: {kind} parts are not taken in this message (it takes "
+            f"{', '.join(allowed)})",
+            param=f"{path}.type",
+        )
+    if kind == "input_image":
+        return _image(fields)
+    if kind == "refusal":
+        text = fields.string("refusal", required=True)
+    else:
+        text = fields.string("text", required=True)
+    if kind == "output_text":  # as an earlier answer held it
+        fields.array("annotations")
+        fields.array("logprobs")
+    fields.done()
+    return Text(text)
+
+
+def _image(fields: Fields) -> Image:
+    if "file_id" in fields:
+        raise UnsupportedParameter(
+            f"{fields.path}.file_id: this node has no file store; send image_url (an https:// "
+            "or data: URL)",
+            param=f"{fields.path}.file_id",
+        )
+    fields.raw("file_id")
+    url = fields.string("image_url", required=True)
+    fields.choice("detail", ("auto", "low", "high"))
+    fields.done()
+    where = f"{fields.path}.image_url"
+    if url.startswith("data:"):
+        media_type, data = data_url(url, where)
+        return Image(fields.path, media_type, data)
+    return Image(fields.path, url=https_url(url, where))
+
+
+def _output(fields: Fields) -> tuple[Text | Image, ...]:
+    """A function call's output: a string, or input_text and input_image parts."""
+    path = f"{fields.path}.output"
+    output = fields.raw("output", required=True)
+    if isinstance(output, str):
+        return (Text(output),)
+    if not isinstance(output, list):
+        raise InvalidRequest(
+            f"{path} must be a string or an array of parts, not {describe(output)}", param=path
+        )
+    allowed = ("input_text", "input_image")
+    return tuple(_part(f"{path}.{i}", part, allowed) for i, part in enumerate(output))
+
+
+def _reasoning(fields: Fields) -> str:
+    """An earlier answer's reasoning: its summaries' text, or its reasoning text where a client
+    sends that. `encrypted_content` is accepted; this node does not encrypt reasoning."""
+    texts = []
+    for path, item in fields.items("summary"):
+        summary = Fields(item, path)
+        summary.choice("type", ("summary_text",), required=True)
+        texts.append(summary.string("text", required=True))
+        summary.done()
+    if not texts:
+        for path, item in fields.items("content"):
+            content = Fields(item, path)
+            content.choice("type", ("reasoning_text",), required=True)
+            texts.append(content.string("text", required=True))
+            content.done()
+    else:
+        fields.array("content")
+    fields.string("encrypted_content")
+    return "\n\n".join(texts)

@@ -1,0 +1,185 @@
+"""The Responses request as JSON Schema, as the node publishes it (and decode.py enforces)."""
+
+from __future__ import annotations
+
+from server.protocols.responses.decode import BUILT_IN_TOOLS, INCLUDABLE, REASONING_BUDGETS
+from server.protocols.schema import (
+    BOOLEAN,
+    JSON_SCHEMA,
+    Schema,
+    array,
+    const,
+    enum,
+    integer,
+    number,
+    obj,
+    string,
+)
+
+NAME = string(pattern="^[A-Za-z0-9_-]{1,64}$")
+STATUS = enum("in_progress", "completed", "incomplete")
+INPUT_TEXT = obj({"type": const("input_text"), "text": string()}, ("type", "text"))
+INPUT_IMAGE = obj(
+    {
+        "type": const("input_image"),
+        "image_url": string(pattern="^(https://|data:image/(png|jpeg|jpg|webp|gif);base64,)"),
+        "detail": enum("auto", "low", "high"),
+        "file_id": {"type": "null"},
+    },
+    ("type", "image_url"),
+)
+OUTPUT_TEXT = obj(
+    {
+        "type": const("output_text"),
+        "text": string(),
+        "annotations": array({}),
+        "logprobs": array({}),
+    },
+    ("type", "text"),
+)
+REFUSAL = obj({"type": const("refusal"), "refusal": string()}, ("type", "refusal"))
+
+
+def _message(roles: tuple[str, ...], parts: tuple[Schema, ...]) -> Schema:
+    return obj(
+        {
+            "type": const("message"),
+            "role": enum(*roles),
+            "content": {"anyOf": [string(), array({"anyOf": list(parts)}, null=False)]},
+            "id": string(),
+            "status": STATUS,
+        },
+        ("role", "content"),
+    )
+
+
+ITEM = {
+    "anyOf": [
+        _message(("user",), (INPUT_TEXT, INPUT_IMAGE)),
+        _message(("system", "developer"), (INPUT_TEXT,)),
+        _message(("assistant",), (OUTPUT_TEXT, REFUSAL)),
+        obj(
+            {
+                "type": const("function_call"),
+                "call_id": string(minLength=1),
+                "name": string(minLength=1),
+                "arguments": string(),
+                "id": string(),
+                "status": STATUS,
+            },
+            ("type", "call_id", "name", "arguments"),
+        ),
+        obj(
+            {
+                "type": const("function_call_output"),
+                "call_id": string(minLength=1),
+                "output": {
+                    "anyOf": [string(), array({"anyOf": [INPUT_TEXT, INPUT_IMAGE]}, null=False)]
+                },
+                "id": string(),
+                "status": STATUS,
+            },
+            ("type", "call_id", "output"),
+        ),
+        obj(
+            {
+                "type": const("reasoning"),
+                "summary": array(
+                    obj({"type": const("summary_text"), "text": string()}, ("type", "text"))
+                ),
+                "content": array(
+                    obj({"type": const("reasoning_text"), "text": string()}, ("type", "text"))
+                ),
+                "encrypted_content": string(),
+                "id": string(),
+                "status": STATUS,
+            },
+            ("type",),
+        ),
+    ],
+    "description": "A message (type may be left out), or an item of an earlier answer sent "
+    "back: function_call, function_call_output, reasoning.",
+}
+TOOL = obj(
+    {
+        "type": const("function"),
+        "name": NAME,
+        "description": string(),
+        "parameters": JSON_SCHEMA,
+        "strict": BOOLEAN,
+    },
+    ("type", "name"),
+    description=f"Function tools only; OpenAI's built-in tools ({', '.join(BUILT_IN_TOOLS)}) "
+    "are refused by name.",
+)
+TOOL_CHOICE = {
+    "anyOf": [
+        enum("none", "auto", "required", None),
+        obj({"type": const("function"), "name": string()}, ("type", "name")),
+    ]
+}
+TEXT_FORMAT = {
+    "anyOf": [
+        obj({"type": const("text")}, ("type",)),
+        obj({"type": const("json_object")}, ("type",)),
+        obj(
+            {
+                "type": const("json_schema"),
+                "name": NAME,
+                "schema": JSON_SCHEMA,
+                "description": string(),
+                "strict": BOOLEAN,
+            },
+            ("type", "name", "schema"),
+        ),
+    ]
+}
+RESPONSES_REQUEST = obj(
+    {
+        "model": string(minLength=1, maxLength=256),
+        "input": {
+            "anyOf": [string(), array(ITEM, null=False, min_items=1)],
+        },
+        "instructions": {"type": ["string", "null"]},
+        "tools": array(TOOL),
+        "tool_choice": TOOL_CHOICE,
+        "parallel_tool_calls": BOOLEAN,
+        "text": obj({"format": TEXT_FORMAT, "verbosity": enum("low", "medium", "high")}),
+        "reasoning": obj(
+            {
+                "effort": enum("none", *REASONING_BUDGETS),
+                "summary": enum("auto", "concise", "detailed"),
+                "generate_summary": enum("auto", "concise", "detailed"),
+            }
+        ),
+        "max_output_tokens": integer(1),
+        "temperature": number(0, 2),
+        "top_p": number(0, 1),
+        "top_logprobs": integer(0, 20),
+        "include": array(enum(*INCLUDABLE)),
+        "stream": BOOLEAN,
+        "stream_options": obj({"include_obfuscation": BOOLEAN}),
+        "store": {"enum": [False, None]},
+        "background": {"enum": [False, None]},
+        "truncation": enum("disabled", None),
+        "metadata": {
+            "type": ["object", "null"],
+            "maxProperties": 16,
+            "propertyNames": {"maxLength": 64},
+            "additionalProperties": string(maxLength=512),
+        },
+        "user": {"type": ["string", "null"]},
+        "safety_identifier": {"type": ["string", "null"]},
+        "prompt_cache_key": {"type": ["string", "null"]},
+        "service_tier": enum("auto", "default", "flex", "priority", None),
+        # Need state this node does not keep: only null (unset) is taken.
+        "previous_response_id": {"type": "null"},
+        "conversation": {"type": "null"},
+        "prompt": {"type": "null"},
+        "max_tool_calls": {"type": "null"},
+    },
+    ("model", "input"),
+    description="OpenAI Responses parameters this node takes. It keeps no state: "
+    "previous_response_id, conversation, prompt, store: true and background: true are "
+    "400 unsupported_parameter, as is any parameter not listed; null means unset.",
+)
