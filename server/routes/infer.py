@@ -202,8 +202,11 @@ async def _stream(
         assert sending is not None
         loop = asyncio.get_running_loop()
         since: float | None = None  # when the chunk being sent was handed over; None: none is
+        ended = False
 
         def watch() -> None:
+            if ended:
+                return
             now = loop.time()
             if since is not None and now - since >= stall_s:
                 log.info("%s: the stream could not be written for %g s; cut", request_id, stall_s)
@@ -236,6 +239,7 @@ async def _stream(
             record.duration_ms = record.timing.since_start()
             requests.update(record)
             metrics.answered(route, 200, record.error_code)
+            ended = True  # the watcher stops
 
     g.streaming = True
     response = Response(

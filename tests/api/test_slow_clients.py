@@ -134,7 +134,11 @@ def test_a_stream_its_client_stops_reading_is_cut_with_its_generation(
 ) -> None:
     """An HTTP/2 client that grants no flow-control window takes nothing: once the server's
     stream buffer is full its writes wait, and after --stream-stall-timeout the stream is reset
-    and its generation ended (the replay engine's 256 pieces are far more than the buffer)."""
+    and its generation ended (the replay engine's 256 pieces are far more than the buffer).
+    A stream read whole just before is not cut, then or later."""
+    with httpx.Client(base_url=node.origin, timeout=30) as http:
+        whole = http.post("/v1/infer/chat/completions", json={**CHAT, "stream": True})
+        assert whole.text.endswith("data: [DONE]\n\n")
     sock = connect(node)
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     conn.local_settings = h2.settings.Settings(
@@ -174,4 +178,6 @@ def test_a_stream_its_client_stops_reading_is_cut_with_its_generation(
         assert entry["usage"]["completion_tokens"] < 256
         assert http.get("/readyz").json()["running_requests"] == 0
         assert "b3os_infer_requests_in_flight 0.0" in http.get("/metrics").text
-    assert f"{request_id}: the stream could not be written for {STALL_S} s; cut" in node.log_text()
+    log = node.log_text()
+    assert f"{request_id}: the stream could not be written for {STALL_S} s; cut" in log
+    assert f"{whole.headers['x-request-id']}: the stream could not" not in log
