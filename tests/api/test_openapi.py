@@ -51,14 +51,16 @@ from tests.server_process import ServerProcess
 
 MESSAGES = ("/v1/infer/v1/messages", "/v1/infer/v1/messages/count_tokens")
 CHAT = "/v1/infer/chat/completions"
+RESPONSES = "/v1/infer/responses"
 EVENT_STREAM = "text/event-stream"
-GENERATION = (MESSAGES[0], CHAT)
+GENERATION = (MESSAGES[0], CHAT, RESPONSES)
 INFER = {"200", "400", "401", "403", "404", "413", "415", "429", "500", "503"}
 # What each operation can answer (server/routes, server/app.py, server/auth, admission).
 STATUSES = {
     ("post", MESSAGES[0]): INFER,
     ("post", MESSAGES[1]): INFER - {"429"},  # free: no admission
     ("post", CHAT): INFER,
+    ("post", RESPONSES): INFER,
     ("get", "/v1/infer/models"): {"200", "401", "403", "500", "503"},
     ("get", "/v1/requests/{request_id}"): {"200", "401", "403", "404", "500"},
     ("head", "/v1/infer"): {"200"},
@@ -165,7 +167,7 @@ def test_errors_are_declared_in_the_shape_the_route_renders(method: str, path: s
             assert not list(validator.iter_errors(body)), (status, body)
 
 
-@pytest.mark.parametrize("path", [*MESSAGES, CHAT])
+@pytest.mark.parametrize("path", [*MESSAGES, CHAT, RESPONSES])
 def test_only_the_messages_routes_declare_the_anthropic_shape(path: str) -> None:
     """On the Messages routes, either shape (refusals before the infer layer are OpenAI's)."""
     responses = operation("post", path)["responses"]
@@ -364,7 +366,7 @@ def test_the_run_reached_every_kind_of_answer(traffic: Traffic) -> None:
         pytest.skip("test_the_node_answers_as_documented did not run")
     reached = {status for _, status in traffic.statuses}
     assert {200, 400, 401, 403, 404, 415, 429} <= reached, traffic.statuses
-    for path in (*MESSAGES, CHAT, "/v1/infer/models", "/v1/requests/{request_id}"):
+    for path in (*MESSAGES, CHAT, RESPONSES, "/v1/infer/models", "/v1/requests/{request_id}"):
         assert traffic.statuses[(path, 200)], (path, traffic.statuses)
     for path in GENERATION:
         assert traffic.streams[path], (path, traffic.streams)

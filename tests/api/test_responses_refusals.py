@@ -193,6 +193,12 @@ REFUSALS: dict[str, tuple[dict[str, Any], tuple[str, str], str, str]] = {
         "input",
         "input must be a string or an array of items, not a number",
     ),
+    "reasoning without text only": (
+        {"input": [{"type": "reasoning", "summary": []}]},
+        INVALID,
+        "input",
+        "input has no message or call to answer",
+    ),
     "a call output without its call id": (
         {"input": [{"type": "function_call_output", "output": "x"}]},
         INVALID,

@@ -46,6 +46,8 @@ def conversation(fields: Fields) -> tuple[Message, ...]:
         raise InvalidRequest("input must have at least one item", param="input")
     for path, item in fields.items("input"):
         _item(found, path, item)
+    if not found:  # reasoning items without text only: nothing to render
+        raise InvalidRequest("input has no message or call to answer", param="input")
     return tuple(found)
 
 
