@@ -9,6 +9,9 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check
 STAMP  := $(VENV)/.installed
 NODE   := tests/node
 CLIENTS := $(NODE)/node_modules/.installed
+AGENTS := tests/agents
+AGENTS_VENV := $(AGENTS)/.venv
+AGENTS_SDK := $(AGENTS_VENV)/.installed
 PIN    := -c requirements/constraints.txt
 ARGS   ?=
 
@@ -39,6 +42,18 @@ $(CLIENTS): $(NODE)/package.json $(NODE)/package-lock.json
 	cd $(NODE) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $(CLIENTS)
 
+# The OpenAI Agents SDK the tests run for real, in a virtual environment of its own: it needs
+# openai>=3, and SGLang pins .venv's to 2.8.0. Its requirements.txt pins the whole environment;
+# pip checks the pins agree and fetches only those (from PyPI, as everything else here).
+$(AGENTS_SDK): $(AGENTS)/requirements.txt
+	@echo "==> the OpenAI Agents SDK the tests run (PyPI: openai-agents, into $(AGENTS_VENV)/)"
+	@test -x $(AGENTS_VENV)/bin/python || $(PYTHON) -m venv $(AGENTS_VENV)
+	$(AGENTS_VENV)/bin/python -m pip --disable-pip-version-check install -q \
+		-r $(AGENTS)/requirements.txt
+	@$(AGENTS_VENV)/bin/python -c "import agents, openai" \
+		|| { echo "the Agents SDK's environment does not import; see above"; exit 1; }
+	@touch $(AGENTS_SDK)
+
 serve: install
 	$(BIN)/b3os-infer serve $(ARGS)
 
@@ -48,8 +63,8 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/hadolint Dockerfile
 
-test: install lint $(CLIENTS)
+test: install lint $(CLIENTS) $(AGENTS_SDK)
 	$(BIN)/python -m pytest $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(NODE)/node_modules .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(NODE)/node_modules $(AGENTS_VENV) .pytest_cache .ruff_cache .mypy_cache
