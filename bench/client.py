@@ -88,7 +88,8 @@ async def stream(
                     gaps.append((now - (last or now)) * 1000)
                 last = now
             tokens = _output_tokens(protocol, data) or tokens
-            extension = data.get("b3os") or extension
+            # The Responses API's b3os rides on its last event's response.
+            extension = data.get("b3os") or (data.get("response") or {}).get("b3os") or extension
     ended = time.perf_counter()
     for name, value in (extension.get("timing") or {}).items():
         phases[f"b3os.{name}"] = value
@@ -116,9 +117,19 @@ async def load(
         return Load(list(samples), time.perf_counter() - started)
 
 
+RESPONSES_DELTAS = (
+    "response.output_text.delta",
+    "response.function_call_arguments.delta",
+    "response.reasoning_summary_text.delta",
+)
+RESPONSES_ENDS = ("response.completed", "response.incomplete")
+
+
 def _is_token_event(protocol: str, data: dict[str, Any]) -> bool:
     if protocol == "messages":
         return bool(data.get("type") == "content_block_delta")
+    if protocol == "responses":
+        return data.get("type") in RESPONSES_DELTAS
     choices = data.get("choices") or []
     delta = choices[0].get("delta", {}) if choices else {}
     return bool(delta.get("content") or delta.get("tool_calls") or delta.get("reasoning_content"))
@@ -128,6 +139,10 @@ def _output_tokens(protocol: str, data: dict[str, Any]) -> int | None:
     if protocol == "messages":
         if data.get("type") == "message_delta":
             return int((data.get("usage") or {}).get("output_tokens") or 0)
+        return None
+    if protocol == "responses":
+        if data.get("type") in RESPONSES_ENDS:
+            return int(data["response"]["usage"]["output_tokens"])
         return None
     usage = data.get("usage")
     return int(usage.get("completion_tokens") or 0) if usage else None

@@ -32,6 +32,8 @@ class Target:
     def url(self, protocol: str) -> str:
         if protocol == "chat":
             return f"{self.openai_base}/chat/completions"
+        if protocol == "responses":
+            return f"{self.openai_base}/responses"
         return f"{self.anthropic_base}/v1/messages"
 
     @property

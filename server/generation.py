@@ -1,4 +1,4 @@
-"""One request's way through the model, shared by both protocols: render the prompt, check it
+"""One request's way through the model, shared by every protocol: render the prompt, check it
 fits, build its constraint, run the engine, parse its text into canonical events."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Time to first token, inter-token latency, end to end and throughput at p50/p90/p99, for each
-concurrency level, both protocols, streaming, over HTTP/1.1 and cleartext HTTP/2; and, with
---compare-url, the same workload on the other server with the ratios."""
+concurrency level, each protocol (Messages, Chat Completions, Responses), streaming, over
+HTTP/1.1 and cleartext HTTP/2; and, with --compare-url, the same workload on the other server
+with the ratios."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def run(run: Run) -> list[Row]:
     targets = [run.ours] + ([run.compare] if run.compare else [])
     results: dict[tuple[str, str, bool, int], dict[str, Any]] = {}
     for target in targets:
-        for protocol in ("messages", "chat"):
+        # The Responses API is measured on this server only (the comparison is on the other two).
+        for protocol in ("messages", "chat", "responses") if target.ours else ("messages", "chat"):
             _measure(run, target, protocol, False, 2)  # warm up: first requests run slower
             # Another server may not speak cleartext HTTP/2: it is measured on HTTP/1.1.
             for http2 in (False, True) if target.ours else (False,):

@@ -38,7 +38,7 @@ def _replay(run: Run) -> list[Row]:
     count = run.config.repeats * 4
     streams = 16 if run.config.quick else 32
     with started("replay", run.folder / "replay-server.log", "--engine", "replay") as target:
-        for protocol in ("messages", "chat"):
+        for protocol in ("messages", "chat", "responses"):
             short = _replayed(target, protocol, count, 1, 1)
             long = _replayed(target, protocol, count, LONG, 1)
             short_ms = percentile([s.e2e_ms for s in short.samples], 50) or 0.0

@@ -1,4 +1,4 @@
-"""The one canonical request and event model both protocols map into and out of."""
+"""The one canonical request and event model every protocol maps into and out of."""
 
 from server.canonical.answer import Answer, fold
 from server.canonical.events import (

@@ -1,4 +1,4 @@
-"""The canonical generation request: what both protocols decode into, validated and typed."""
+"""The canonical generation request: what every protocol decodes into, validated and typed."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""HTTP routes, one module per resource; `infer` holds the flow both protocols share."""
+"""HTTP routes, one module per resource; `infer` holds the flow every protocol shares."""

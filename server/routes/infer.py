@@ -1,4 +1,4 @@
-"""The request flow both protocols share: read the JSON body, check the model, prepare, admit
+"""The request flow every protocol shares: read the JSON body, check the model, prepare, admit
 against the organization's limits, then answer as one JSON body or as a stream whose head waits
 for the first generated token."""
 
