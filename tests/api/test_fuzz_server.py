@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tests.api.contract import MODEL
 from tests.fuzz.from_schema import ANY_JSON
-from tests.fuzz.strategies import chat_bodies, messages_bodies, mutated
+from tests.fuzz.strategies import chat_bodies, messages_bodies, mutated, responses_bodies
 
 pytestmark = pytest.mark.heavy  # in-process and through the router (tests/conftest.py)
 
@@ -27,18 +27,24 @@ FUZZ = settings(
     phases=(Phase.explicit, Phase.reuse, Phase.generate),
 )
 MOSTLY_TRUE = st.integers(0, 4).map(bool)  # four times in five
-ROUTES = {"messages": "/v1/infer/v1/messages", "chat": "/v1/infer/chat/completions"}
-BODIES = {"messages": messages_bodies, "chat": chat_bodies}
+ROUTES = {
+    "messages": "/v1/infer/v1/messages",
+    "chat": "/v1/infer/chat/completions",
+    "responses": "/v1/infer/responses",
+}
+BODIES = {"messages": messages_bodies, "chat": chat_bodies, "responses": responses_bodies}
 
 
 def servable(body: dict[str, Any], use_model: bool) -> dict[str, Any]:
     """Keep generation short, and often name the served model so bodies reach the engine."""
     if use_model:
         body["model"] = MODEL
-    for key in ("max_tokens", "max_completion_tokens"):
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         if type(body.get(key)) is int:
             body[key] = min(body[key], 2)
-    if body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
+    if "input" in body and body.get("max_output_tokens") is None:
+        body["max_output_tokens"] = 2  # Responses: unset runs to the end of the context
+    elif body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
         body["max_completion_tokens"] = 2  # chat: unset runs to the end of the context
     messages = body.get("messages")
     for message in messages if isinstance(messages, list) else ():
@@ -71,7 +77,7 @@ def post(http: httpx.Client, route: str, content: bytes) -> httpx.Response:
     return response
 
 
-@pytest.mark.parametrize("protocol", ["messages", "chat"])
+@pytest.mark.parametrize("protocol", list(ROUTES))
 def test_schema_valid_bodies(http: httpx.Client, protocol: str) -> None:
     route = ROUTES[protocol]
 
@@ -84,7 +90,7 @@ def test_schema_valid_bodies(http: httpx.Client, protocol: str) -> None:
     check()
 
 
-@pytest.mark.parametrize("protocol", ["messages", "chat"])
+@pytest.mark.parametrize("protocol", list(ROUTES))
 def test_bodies_with_a_hostile_member(http: httpx.Client, protocol: str) -> None:
     route = ROUTES[protocol]
 
@@ -112,7 +118,7 @@ RAW: dict[str, Callable[[], st.SearchStrategy[bytes]]] = {
 
 
 @pytest.mark.parametrize("kind", list(RAW))
-@pytest.mark.parametrize("protocol", ["messages", "chat"])
+@pytest.mark.parametrize("protocol", list(ROUTES))
 def test_raw_bodies(http: httpx.Client, protocol: str, kind: str) -> None:
     route = ROUTES[protocol]
 

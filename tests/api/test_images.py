@@ -118,6 +118,45 @@ def test_chat_data_url_and_https_images_reach_the_engine(
     assert photo.size[0] * photo.size[1] <= 1024 * 1024
 
 
+def test_responses_input_images_reach_the_engine_in_order(
+    vision: ScriptedServer, client: httpx.Client, images: ImageServer, tokenizer: Any
+) -> None:
+    """input_image parts of a message and of a function call's output, as the Responses API
+    sends them: each reaches the engine where it stood."""
+    vision.play(text("Two.", 1), end(2100, 1))
+    body = {
+        "model": MODEL,
+        "max_output_tokens": 8,
+        "tools": [{"type": "function", "name": "snap", "parameters": {"type": "object"}}],
+        "input": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "Compare."},
+                    {"type": "input_image", "image_url": f"data:image/png;base64,{B64}"},
+                ],
+            },
+            {"type": "function_call", "call_id": "call_1", "name": "snap", "arguments": "{}"},
+            {
+                "type": "function_call_output",
+                "call_id": "call_1",
+                "output": [
+                    {"type": "input_text", "text": "the photo"},
+                    {"type": "input_image", "image_url": images.url("/photo.png")},
+                ],
+            },
+        ],
+    }
+    response = client.post("/v1/infer/responses", json=body)
+    assert response.status_code == 200, response.text
+    small, photo = reached(vision)
+    assert small.size == (64, 48)
+    assert photo.size[0] * photo.size[1] <= 1024 * 1024
+    prompt = tokenizer.decode(vision.engine.requests[-1].prompt_ids)
+    assert prompt.count(PLACEHOLDER) == 2
+    assert prompt.index(PLACEHOLDER) < prompt.index("the photo") < prompt.rindex(PLACEHOLDER)
+
+
 def test_an_image_in_a_tool_result_reaches_the_engine(
     vision: ScriptedServer, client: httpx.Client
 ) -> None:

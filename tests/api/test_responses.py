@@ -115,6 +115,9 @@ def test_the_json_body_as_openai_writes_it(http: httpx.Client, model: str) -> No
     [item] = data["output"]
     assert item["status"] == data["status"]
     assert item["content"][0]["annotations"] == []
+    entry = http.get(f"/v1/requests/{request_id}").json()
+    assert entry["route"] == "responses" and entry["status"] == "succeeded"
+    assert entry["usage"]["completion_tokens"] == data["usage"]["output_tokens"]
 
 
 def test_a_cut_answer_is_incomplete(http: httpx.Client, model: str) -> None:

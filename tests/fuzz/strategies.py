@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from server.protocols.anthropic.schema import MESSAGES_REQUEST
 from server.protocols.openai.schema import CHAT_REQUEST
+from server.protocols.responses.schema import RESPONSES_REQUEST
 from tests.fuzz.from_schema import ANY_JSON, from_schema
 
 HOSTILE = st.one_of(
@@ -49,6 +50,10 @@ def messages_bodies() -> st.SearchStrategy[dict[str, Any]]:
 
 def chat_bodies() -> st.SearchStrategy[dict[str, Any]]:
     return valid(CHAT_REQUEST)
+
+
+def responses_bodies() -> st.SearchStrategy[dict[str, Any]]:
+    return valid(RESPONSES_REQUEST)
 
 
 @st.composite

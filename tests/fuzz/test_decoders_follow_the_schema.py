@@ -18,7 +18,9 @@ from server.protocols.anthropic.decode import decode_messages
 from server.protocols.anthropic.schema import MESSAGES_REQUEST
 from server.protocols.openai.decode import decode_chat
 from server.protocols.openai.schema import CHAT_REQUEST
-from tests.fuzz.strategies import chat_bodies, messages_bodies, mutated
+from server.protocols.responses.decode import decode_responses
+from server.protocols.responses.schema import RESPONSES_REQUEST
+from tests.fuzz.strategies import chat_bodies, messages_bodies, mutated, responses_bodies
 
 # B3OS_FUZZ_EXAMPLES runs more cases than CI's 500 per property. No shrinking: a failure
 # prints its (unshrunk) example; shrinking these bodies takes minutes.
@@ -38,16 +40,25 @@ def refusal(protocol: str, body: dict[str, Any]) -> InferError | None:
     try:
         if protocol == "messages":
             decode_messages(body)
-        else:
+        elif protocol == "chat":
             decode_chat(body)
+        else:
+            decode_responses(body)
     except InferError as error:
         return error
     return None
 
 
-@pytest.mark.parametrize(
-    ("protocol", "bodies"), [("messages", messages_bodies()), ("chat", chat_bodies())]
-)
+PROTOCOLS = [
+    ("messages", messages_bodies(), MESSAGES_REQUEST),
+    ("chat", chat_bodies(), CHAT_REQUEST),
+    ("responses", responses_bodies(), RESPONSES_REQUEST),
+]
+BODIES = [(protocol, bodies) for protocol, bodies, _ in PROTOCOLS]
+SCHEMAS = {protocol: schema for protocol, _, schema in PROTOCOLS}
+
+
+@pytest.mark.parametrize(("protocol", "bodies"), BODIES)
 def test_schema_valid_bodies_are_never_unknown_parameters(
     protocol: str, bodies: st.SearchStrategy[dict[str, Any]]
 ) -> None:
@@ -63,13 +74,7 @@ def test_schema_valid_bodies_are_never_unknown_parameters(
     check()
 
 
-@pytest.mark.parametrize(
-    ("protocol", "bodies", "schema"),
-    [
-        ("messages", messages_bodies(), MESSAGES_REQUEST),
-        ("chat", chat_bodies(), CHAT_REQUEST),
-    ],
-)
+@pytest.mark.parametrize(("protocol", "bodies", "schema"), PROTOCOLS)
 def test_bodies_the_decoders_take_are_schema_valid(
     protocol: str, bodies: st.SearchStrategy[dict[str, Any]], schema: dict[str, Any]
 ) -> None:
@@ -88,13 +93,11 @@ def test_bodies_the_decoders_take_are_schema_valid(
     check()
 
 
-@pytest.mark.parametrize(
-    ("protocol", "bodies"), [("messages", messages_bodies()), ("chat", chat_bodies())]
-)
+@pytest.mark.parametrize(("protocol", "bodies"), BODIES)
 def test_an_unknown_top_level_member_is_unsupported(
     protocol: str, bodies: st.SearchStrategy[dict[str, Any]]
 ) -> None:
-    known = set((MESSAGES_REQUEST if protocol == "messages" else CHAT_REQUEST)["properties"])
+    known = set(SCHEMAS[protocol]["properties"])
 
     @FUZZ
     @given(bodies, st.text(min_size=1, max_size=12).filter(lambda k: k not in known))

@@ -141,6 +141,7 @@ def _stateless(fields: Fields) -> None:
             "one call per answer",
             param="max_tool_calls",
         )
+    fields.raw("max_tool_calls")  # null: unset
 
 
 def _include(fields: Fields) -> bool:
