@@ -107,3 +107,32 @@ def test_unexpected_failure_of_a_json_answer_is_a_500_naming_the_request(
     error = response.json()["error"]
     assert error["code"] == "internal"
     assert error["message"] == f"internal error (request {response.headers['x-request-id']})"
+
+
+def test_failure_after_the_first_token_ends_a_responses_stream_with_error_and_failed(
+    scripted: ScriptedServer, client: httpx.Client
+) -> None:
+    """OpenAI's pair: an `error` event, then `response.failed` with the response as it stood
+    (the item still open is not in it); nothing after them."""
+    scripted.play(text("Hel", 1), RuntimeError("engine process died"))
+    payload = {"model": MODEL, "input": "Hi", "max_output_tokens": 16, "stream": True}
+    with client.stream("POST", "/v1/infer/responses", json=payload) as response:
+        assert response.status_code == 200
+        request_id = response.headers["x-request-id"]
+        received = list(events(response))
+    names = [name for name, _ in received]
+    assert names[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
+    assert names[-2:] == ["error", "response.failed"]
+    error, failed = received[-2][1], received[-1][1]
+    assert error == {
+        "type": "error",
+        "sequence_number": len(received) - 2,
+        "code": "internal",
+        "message": f"internal error (request {request_id})",
+        "param": None,
+    }
+    assert failed["sequence_number"] == len(received) - 1
+    assert failed["response"]["status"] == "failed"
+    assert failed["response"]["error"] == {"code": "internal", "message": error["message"]}
+    assert failed["response"]["output"] == [] and failed["response"]["usage"] is None
+    assert client.get(f"/v1/requests/{request_id}").json()["status"] == "failed"
