@@ -88,7 +88,7 @@ class OutputParser:
         elif self._state == _State.ARGUMENTS:
             if self._buffer:
                 events.append(ToolCallDelta(self._calls, self._buffer))
-            events.append(ToolCallEnd(self._calls))
+            events.append(ToolCallEnd(self._calls, complete=False))
         else:
             events.append(ToolCallEnd(self._calls))
         self._buffer = self._blank = ""

@@ -29,6 +29,7 @@ class Answer:
     content: tuple[Block, ...]  # in the order the model wrote them
     finish: Finish
     logprobs: tuple[TokenLogprob, ...] = ()  # each generated token's, when asked for
+    cut_call: bool = False  # the last tool call ended inside its arguments
 
     @property
     def text(self) -> str:
@@ -50,6 +51,7 @@ async def fold(events: AsyncGenerator[Event, None]) -> Answer:
     thinking: list[str] = []
     call: ToolCallStart | None = None
     logprobs: list[TokenLogprob] = []
+    cut_call = False
     async with aclosing(events):
         async for event in events:
             if isinstance(event, Logprobs):
@@ -70,9 +72,10 @@ async def fold(events: AsyncGenerator[Event, None]) -> Answer:
                 content.append(ToolCall(call.id, call.name, "".join(pieces)))
                 pieces.clear()
                 call = None
+                cut_call = not event.complete
             elif isinstance(event, Finish):
                 _flush_text(content, pieces)
-                return Answer(tuple(content), event, tuple(logprobs))
+                return Answer(tuple(content), event, tuple(logprobs), cut_call)
     raise RuntimeError("the event stream ended without a finish")
 
 

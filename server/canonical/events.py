@@ -63,6 +63,7 @@ class ToolCallDelta:
 @dataclass(frozen=True, slots=True)
 class ToolCallEnd:
     index: int
+    complete: bool = True  # False: the answer ended inside its arguments (max_tokens cut them)
 
 
 @dataclass(frozen=True, slots=True)

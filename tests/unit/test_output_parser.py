@@ -103,7 +103,11 @@ def test_text_that_only_looks_like_a_trigger_is_text() -> None:
 def test_a_call_cut_short_still_closes() -> None:
     cut = call("f", '{"a": 1}').index("}")  # max_tokens ends it inside the arguments
     events = merged(parse(call("f", '{"a": 1}')[:cut], 5))
-    assert events == [ToolCallStart(0, "id0", "f"), ToolCallDelta(0, '{"a": 1'), ToolCallEnd(0)]
+    assert events == [
+        ToolCallStart(0, "id0", "f"),
+        ToolCallDelta(0, '{"a": 1'),
+        ToolCallEnd(0, complete=False),
+    ]
 
 
 def test_text_after_a_call_starts_at_its_first_visible_character() -> None:
@@ -177,7 +181,7 @@ def test_a_call_cut_inside_its_arguments_is_closed_as_a_call() -> None:
     assert events == [
         ToolCallStart(0, "id0", "get_weather"),
         ToolCallDelta(0, '{"city": "Os'),
-        ToolCallEnd(0),
+        ToolCallEnd(0, complete=False),  # its arguments are not whole JSON
     ]
 
 

@@ -156,7 +156,8 @@ def response_body(answer: Answer, context: ResponseContext, echo: ResponsesEcho)
     status = _final_status(answer.finish)
     output: list[dict[str, Any]] = []
     logprobs: Sequence[TokenLogprob] = answer.logprobs if context.logprobs else ()
-    for block in answer.content:
+    last = len(answer.content) - 1
+    for index, block in enumerate(answer.content):
         item_id = _item_id(block, context.request_id, len(output))
         if isinstance(block, Thinking):
             output.append(reasoning_item(item_id, block.text))
@@ -164,7 +165,9 @@ def response_body(answer: Answer, context: ResponseContext, echo: ResponsesEcho)
             output.append(message_item(item_id, status, [text_part(block.text, logprobs)]))
             logprobs = ()  # every token's, on the first text
         else:
-            output.append(call_item(item_id, block.id, block.name, block.arguments, "completed"))
+            cut = answer.cut_call and index == last
+            call_status: Status = "incomplete" if cut else "completed"
+            output.append(call_item(item_id, block.id, block.name, block.arguments, call_status))
     body = response_object(context, echo, status, output, answer.finish)
     body["b3os"] = context.b3os(streamed=False)
     return body
@@ -238,7 +241,7 @@ class ResponseStream:
                 "response.function_call_arguments.delta", **self._item_ref(), delta=event.arguments
             )
         if isinstance(event, ToolCallEnd):
-            return self._close()
+            return self._close("completed" if event.complete else "incomplete")
         return self._finish(event)
 
     def _text(self, text: str) -> bytes:
@@ -321,7 +324,7 @@ class ResponseStream:
             out += self._event(
                 "response.function_call_arguments.done", **ref, name=item["name"], arguments=text
             )
-            item = {**item, "arguments": text, "status": "completed"}
+            item = {**item, "arguments": text, "status": status}
         out += self._event("response.output_item.done", output_index=self._index, item=item)
         self._output.append(item)
         self._open, self._pieces, self._logprobs = None, [], []
