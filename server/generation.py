@@ -9,8 +9,8 @@ import dataclasses
 import hashlib
 import hmac
 import time
-from collections.abc import AsyncGenerator, Awaitable
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, Awaitable, Iterator
+from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -94,7 +94,43 @@ class Prepared:
         return dataclasses.replace(self, engine_request=engine_request)
 
 
+@contextmanager
+def accounted(record: RequestRecord, tracker: Tracker) -> Iterator[None]:
+    """Around an answer's events: however it ends, `record` says how (a client gone is
+    canceled, and its engine request aborted by the closing), and `tracker` hears of the end."""
+    try:
+        yield
+    except (asyncio.CancelledError, GeneratorExit):
+        if record.status == "running":
+            record.status = "canceled"
+        raise
+    except InferError as error:
+        record.failed(error.code)
+        raise
+    except Exception:
+        record.failed(InternalError.code)
+        raise
+    finally:
+        tracker.end()
+
+
+class Service(Protocol):
+    """What the request flow answers with: the local model's generation, or the gateway's."""
+
+    route: str  # where its answers run: local, or gateway (the b3os extension says it)
+    fetches_images: bool  # the request's images are fetched and decoded here first
+
+    def prepare(self, request: GenerateRequest, request_id: str, timing: Timing) -> Prepared: ...
+
+    def events(
+        self, prepared: Prepared, record: RequestRecord, tracker: Tracker
+    ) -> AsyncGenerator[Event, None]: ...
+
+
 class Generation:
+    route = "local"
+    fetches_images = True
+
     def __init__(
         self,
         engine: Engine,
@@ -188,52 +224,40 @@ class Generation:
         parser = OutputParser(prepared.calls, tool_call_id, prepared.thinking, self.sign)
         submitted = time.perf_counter()
         reasoning_tokens = 0  # the completion tokens once the reasoning ended
-        try:
-            # Closed explicitly (not left to the garbage collector): closing aborts the request.
-            async with aclosing(self.engine.generate(prepared.engine_request)) as outputs:
-                async for output in self._first_in_time(outputs):
-                    if "ttft" not in timing.phases:
-                        timing.mark("ttft")
-                    record.completion_tokens = output.completion_tokens
-                    metered = tracker.output(output.completion_tokens)
-                    if metered is not None:
-                        await metered
-                    if output.logprobs and prepared.request.sampling.logprobs:
-                        yield Logprobs(tuple(map(self._token_logprob, output.logprobs)))
-                    for event in parser.feed(output.text):
-                        if isinstance(event, ThinkingEnd):
-                            reasoning_tokens = output.completion_tokens
-                        yield event
-                    if output.finish is not None:
-                        timing.record("model", submitted)
-                        if output.finish.queue_ms is not None:
-                            timing.phases["queue"] = output.finish.queue_ms
-                        cut = output.finish.kind is StopKind.LENGTH
-                        for event in parser.finish(cut):
-                            if isinstance(event, ThinkingEnd):  # cut while reasoning
+        with accounted(record, tracker):
+            try:
+                # Closed explicitly (not left to the garbage collector): closing aborts it.
+                async with aclosing(self.engine.generate(prepared.engine_request)) as outputs:
+                    async for output in self._first_in_time(outputs):
+                        if "ttft" not in timing.phases:
+                            timing.mark("ttft")
+                        record.completion_tokens = output.completion_tokens
+                        metered = tracker.output(output.completion_tokens)
+                        if metered is not None:
+                            await metered
+                        if output.logprobs and prepared.request.sampling.logprobs:
+                            yield Logprobs(tuple(map(self._token_logprob, output.logprobs)))
+                        for event in parser.feed(output.text):
+                            if isinstance(event, ThinkingEnd):
                                 reasoning_tokens = output.completion_tokens
                             yield event
-                        finish = _finish(output.finish, parser.num_calls, reasoning_tokens)
-                        record.finished(finish)
-                        await tracker.settle()
-                        yield finish
-                        return
-            raise InternalError("the model runtime ended the answer without a finish")
-        except (asyncio.CancelledError, GeneratorExit):
-            if record.status == "running":
-                record.status = "canceled"  # the client went away; the engine request is aborted
-            raise
-        except ConstraintRejected as error:
-            record.failed(error.code)
-            raise explain(prepared.request, error) from None
-        except InferError as error:
-            record.failed(error.code)
-            raise
-        except Exception:
-            record.failed(InternalError.code)
-            raise
-        finally:
-            tracker.end()
+                        if output.finish is not None:
+                            timing.record("model", submitted)
+                            if output.finish.queue_ms is not None:
+                                timing.phases["queue"] = output.finish.queue_ms
+                            cut = output.finish.kind is StopKind.LENGTH
+                            for event in parser.finish(cut):
+                                if isinstance(event, ThinkingEnd):  # cut while reasoning
+                                    reasoning_tokens = output.completion_tokens
+                                yield event
+                            finish = _finish(output.finish, parser.num_calls, reasoning_tokens)
+                            record.finished(finish)
+                            await tracker.settle()
+                            yield finish
+                            return
+                raise InternalError("the model runtime ended the answer without a finish")
+            except ConstraintRejected as error:
+                raise explain(prepared.request, error) from None
 
     async def _first_in_time(
         self, outputs: AsyncGenerator[EngineOutput, None]
