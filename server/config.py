@@ -16,6 +16,7 @@ DEFAULT_PORT = 7700
 DEFAULT_MAX_REQUEST_BYTES = 10 * 1024 * 1024
 DEFAULT_ENGINE_TIMEOUT_S = 600.0
 DEFAULT_MAX_QUEUE_WAIT_S = 120.0
+DEFAULT_GATEWAY_TIMEOUT_S = 120.0
 DEVICES = ("cuda", "cpu")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 SYSTEM_IN_MESSAGES = ("refuse", "keep")
@@ -63,6 +64,12 @@ class Settings:
     # SGLang's deterministic inference, so seeds take effect. None: on in this process; with
     # sglang-remote, as the remote's workers run (off where that cannot be learned).
     deterministic_sampling: bool | None = None
+    # The B3IQ gateway route of chat completions (`route: gateway`); None: not set up (503).
+    gateway_url: str | None = None  # its OpenAI-compatible base URL (+ /chat/completions)
+    gateway_api_key: str | None = None  # the node's credential there; never logged
+    gateway_models: tuple[str, ...] = ()  # the models it may be asked for; empty: any
+    gateway_timeout: float = DEFAULT_GATEWAY_TIMEOUT_S  # for each of the upstream's reads
+    gateway_connect_timeout: float = 5.0
 
     @property
     def tls(self) -> bool:
@@ -168,6 +175,26 @@ _OPTIONS = (
         "where it stands (keep), where the model's chat format allows",
     ),
     _Option(
+        "gateway_url",
+        "the B3IQ gateway's OpenAI-compatible base URL (/chat/completions is appended), where "
+        'chat completions with "route": "gateway" for models this node does not serve go '
+        "(default: none, and such requests are 503)",
+    ),
+    _Option("gateway_api_key", "the node's API key at the gateway (never logged or echoed)"),
+    _Option(
+        "gateway_models",
+        "comma-separated models the gateway may be asked for, listed by /v1/infer/models "
+        "(default: any, none listed)",
+        lambda text: tuple(name.strip() for name in text.split(",") if name.strip()),
+    ),
+    _Option(
+        "gateway_timeout",
+        "seconds the gateway may take for each part of its answer: its first token, each "
+        f"next one (default {DEFAULT_GATEWAY_TIMEOUT_S:.0f})",
+        float,
+    ),
+    _Option("gateway_connect_timeout", "seconds to connect to the gateway (default 5)", float),
+    _Option(
         "compat",
         "none (the default): the contract exactly; claude-code: also what Claude Code sends "
         "beyond it (tool search: defer_loading and tool_reference; safeguards), with "
@@ -230,6 +257,10 @@ def _check(settings: Settings) -> None:
         raise SystemExit("--engine sglang-remote needs --engine-url (SGLang's server or router)")
     if settings.engine_url and not settings.engine_url.startswith(("http://", "https://")):
         raise SystemExit(f"--engine-url {settings.engine_url!r}: give an http:// or https:// URL")
+    if settings.gateway_url and not settings.gateway_url.startswith(("http://", "https://")):
+        raise SystemExit(f"--gateway-url {settings.gateway_url!r}: give an http:// or https:// URL")
+    if (settings.gateway_models or settings.gateway_api_key) and not settings.gateway_url:
+        raise SystemExit("--gateway-models and --gateway-api-key need --gateway-url")
     for name, value, choices in (
         ("--engine", settings.engine, tuple(ENGINES)),
         ("--device", settings.device, DEVICES),

@@ -20,6 +20,7 @@ render it, so a handler only ever raises.
     │   └── QuotaExceeded             429 quota_exceeded         (a key's spend cap)
     ├── InternalError                 500 internal
     └── BackendUnavailable            503 infer_backend_unavailable
+        └── CapacityUnavailable       503 capacity_unavailable   (the gateway is at capacity)
 """
 
 from __future__ import annotations
@@ -143,3 +144,7 @@ def public(error: InferError, request_id: str) -> InferError:
 class BackendUnavailable(InferError):
     status, code = 503, "infer_backend_unavailable"
     anthropic_type, openai_type = "overloaded_error", "server_error"
+
+
+class CapacityUnavailable(BackendUnavailable):
+    code = "capacity_unavailable"

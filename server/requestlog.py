@@ -38,6 +38,7 @@ class RequestRecord:
     stop_sequence: str | None = None
     error_code: str | None = None
     duration_ms: float | None = None  # from the request head to the response's last byte
+    served_by: str = "local"  # local (this node's model), or gateway (the B3IQ gateway route)
 
     def finished(self, finish: Finish) -> None:
         self.status = "succeeded"
@@ -60,6 +61,7 @@ class RequestRecord:
             "created": int(self.created),
             "status": self.status,
             "stream": self.stream,
+            "served_by": self.served_by,
             "finish_reason": self.finish_reason,
             "stop_sequence": self.stop_sequence,
             "error": None if self.error_code is None else {"code": self.error_code},

@@ -18,6 +18,8 @@ from server.config import Settings
 from server.engines.base import Engine
 from server.engines.registry import EngineFactory, create_engine
 from server.errors import BackendUnavailable
+from server.gateway.client import GatewayClient
+from server.gateway.generation import GatewayGeneration
 from server.generation import Generation
 from server.ids import RequestIds
 from server.images.egress import EgressGuard
@@ -65,6 +67,7 @@ class ServerState:
     admission: Admission = field(init=False)
     meter: Meter = field(init=False)
     metrics: Metrics = field(init=False, default_factory=Metrics)
+    gateway: GatewayGeneration | None = field(init=False, default=None)  # route: gateway
 
     def __post_init__(self) -> None:
         """Raises `LimitsFileError` for a bad limits file, `sqlite3.Error` for a bad store."""
@@ -75,6 +78,15 @@ class ServerState:
             self.requests = RequestLog(writer=self.writer)
         self.auth = Authenticator(self.store)
         self.meter = Meter(self.writer)
+        settings = self.settings
+        if settings.gateway_url is not None:
+            client = GatewayClient(
+                settings.gateway_url,
+                settings.gateway_api_key,
+                timeout=settings.gateway_timeout,
+                connect_timeout=settings.gateway_connect_timeout,
+            )
+            self.gateway = GatewayGeneration(client, settings.gateway_models)
 
     async def start(self) -> None:
         """Model, tokenizer, engine, in that order; the HTTP side serves health checks meanwhile."""
@@ -162,6 +174,8 @@ class ServerState:
         if self.engine is not None:
             log.info("stopping the model runtime")
             await self.engine.close()
+        if self.gateway is not None:
+            await self.gateway.close()
         if self.writer is not None:
             await self.writer.close()
         if self.store is not None:

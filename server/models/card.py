@@ -32,6 +32,7 @@ class ModelCard:
             "max_request_bytes": self.max_request_bytes,
             "capabilities": list(self.capabilities),
             "protocols": list(PROTOCOLS),
+            "route": "local",
         }
 
 

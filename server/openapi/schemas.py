@@ -183,9 +183,13 @@ MODEL_LIST = obj(
                         "type": "array",
                         "items": {"enum": ["messages", "chat.completions", "responses"]},
                     },
+                    "route": {"enum": ["local", "gateway"]},
                 },
-                ("id", "object", "context_length", "max_request_bytes", "capabilities"),
+                ("id", "object", "route"),
                 closed=False,
+                description="The served model (route local, with its limits), then the models "
+                "the B3IQ gateway route is set up for (route gateway: chat completions with "
+                '"route": "gateway").',
             ),
         },
     },
@@ -200,6 +204,7 @@ REQUEST_ENTRY = obj(
         "created": INTEGER,
         "status": {"enum": ["running", "succeeded", "failed", "canceled", "interrupted"]},
         "stream": {"type": "boolean"},
+        "served_by": {"enum": ["local", "gateway"]},
         "finish_reason": {"type": ["string", "null"]},
         "stop_sequence": {"type": ["string", "null"]},
         "error": {"anyOf": [obj({"code": string()}, ("code",)), {"type": "null"}]},

@@ -17,6 +17,7 @@ class ResponseContext:
     created: int  # Unix seconds
     timing: Timing
     logprobs: bool = False  # the request asked for them
+    route: str = "local"  # where the answer ran: local, or gateway
 
     def b3os(self, *, streamed: bool) -> dict[str, Any]:
         """The B3OS extension object: where the answer ran and server-side milliseconds from the
@@ -27,4 +28,4 @@ class ResponseContext:
         else:
             timing["model_ms"] = self.timing.ms("model")
         timing["total_ms"] = round(self.timing.since_start(), 3)
-        return {"route": "local", "node": self.node, "timing": timing}
+        return {"route": self.route, "node": self.node, "timing": timing}

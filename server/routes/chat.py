@@ -20,6 +20,6 @@ blueprint = Blueprint("chat", __name__)
 async def create_chat_completion() -> Response:
     generation = server_state().ready()  # 503 until then, before the body is judged
     request, options = decode_chat(await read_json())
-    generation = served(generation, request.model, options.route)
+    service = served(generation, request.model, options.route)
     stream = partial(encode.ChunkStream, include_usage=options.include_usage)
-    return await answer(request, generation, "chat.completions", encode.completion_body, stream)
+    return await answer(request, service, "chat.completions", encode.completion_body, stream)

@@ -26,7 +26,7 @@ from server.errors import (
     UnsupportedMediaType,
     public,
 )
-from server.generation import Generation, Prepared
+from server.generation import Generation, Prepared, Service
 from server.node.admission import Ticket
 from server.node.tracker import RequestTracker
 from server.protocols.context import ResponseContext
@@ -71,17 +71,26 @@ def json_response(body: dict[str, Any], status: int = 200) -> Response:
     return Response(orjson.dumps(body), status=status, content_type=JSON)
 
 
-def served(generation: Generation, model: str, route: Route = "messages") -> Generation:
-    """The generation service, once the model asked for is the one this node serves. Chat
-    requests may ask for the B3IQ gateway (`route: gateway`) for models the node does not serve;
-    no gateway is set up on this node."""
+def served(generation: Generation, model: str, route: Route = "messages") -> Service:
+    """What answers the model asked for: this node's generation when it serves it; for a chat
+    request with `route: gateway`, the B3IQ gateway where the operator set it up (and allows the
+    model)."""
     if model == generation.card.id:
         return generation
     if route == "gateway":
-        raise BackendUnavailable(
-            f"{model} is not served on this node, and the B3IQ gateway route is not set up "
-            "here; GET /v1/infer/models lists the models that are"
-        )
+        gateway = server_state().gateway
+        if gateway is None:
+            raise BackendUnavailable(
+                f"{model} is not served on this node, and the B3IQ gateway route is not set up "
+                "here; GET /v1/infer/models lists the models that are"
+            )
+        if not gateway.serves(model):
+            raise ModelNotAvailable(
+                f"{model} is not served on this node nor through its gateway; GET "
+                "/v1/infer/models lists the models that are",
+                param="model",
+            )
+        return gateway
     if route == "local":
         hint = 'set "route":"gateway" to use the B3IQ gateway'
     else:
@@ -91,7 +100,7 @@ def served(generation: Generation, model: str, route: Route = "messages") -> Gen
 
 async def answer(
     request_: GenerateRequest,
-    generation: Generation,
+    generation: Service,
     route: str,
     body: Callable[[Answer, ResponseContext], dict[str, Any]],
     stream: Callable[[ResponseContext], StreamEncoder],
@@ -100,7 +109,13 @@ async def answer(
     who = principal()
     record = state.requests.add(
         RequestRecord(
-            g.request_id, route, request_.model, g.timing, who.org, stream=request_.stream
+            g.request_id,
+            route,
+            request_.model,
+            g.timing,
+            who.org,
+            stream=request_.stream,
+            served_by=generation.route,
         )
     )
     g.record = record
@@ -112,7 +127,8 @@ async def answer(
         record.failed(error.code)
         raise
     try:
-        prepared = await _with_images(prepared, who, g.timing)
+        if generation.fetches_images:
+            prepared = await _with_images(prepared, who, g.timing)
     except BaseException as error:
         ticket.release()
         record.failed(error.code if isinstance(error, InferError) else InternalError.code)
@@ -124,12 +140,13 @@ async def answer(
     )
     context = ResponseContext(
         request_id=g.request_id,
-        model=generation.card.id,
+        model=request_.model,  # the model served, as the request named it
         node=state.settings.node_name,
         prompt_tokens=prepared.prompt.num_tokens,
         created=int(time.time()),
         timing=g.timing,
         logprobs=request_.sampling.logprobs,
+        route=generation.route,
     )
     encoder = stream(context) if request_.stream else None
     # Made last and iterated at once on both paths: the events end the tracker however they end.

@@ -24,8 +24,8 @@ async def create_message() -> Response:
     state = server_state()
     generation = state.ready()  # 503 until then: what a request means depends on the model
     request = decode_messages(await read_json(), state.decode_options)
-    generation = served(generation, request.model)
-    return await answer(request, generation, "messages", encode.message_body, encode.MessageStream)
+    service = served(generation, request.model)
+    return await answer(request, service, "messages", encode.message_body, encode.MessageStream)
 
 
 @blueprint.post("/v1/infer/v1/messages/count_tokens")
@@ -34,4 +34,5 @@ async def count_tokens() -> Response:
     state = server_state()
     generation = state.ready()
     request = decode_count_tokens(await read_json(), state.decode_options)
-    return json_response({"input_tokens": served(generation, request.model).count_tokens(request)})
+    served(generation, request.model)  # the model this node serves (Messages has no gateway)
+    return json_response({"input_tokens": generation.count_tokens(request)})

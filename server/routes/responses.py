@@ -21,7 +21,7 @@ blueprint = Blueprint("responses", __name__)
 async def create_response() -> Response:
     generation = server_state().ready()  # 503 until then, before the body is judged
     request, echo = decode_responses(await read_json())
-    generation = served(generation, request.model)
+    service = served(generation, request.model)
     body = partial(encode.response_body, echo=echo)
     stream = partial(encode.ResponseStream, echo=echo)
-    return await answer(request, generation, "responses", body, stream)
+    return await answer(request, service, "responses", body, stream)
