@@ -65,6 +65,8 @@ def test_models_lists_the_served_model(http: httpx.Client) -> None:
     assert card["max_request_bytes"] == 10 * 1024 * 1024
     assert isinstance(card["capabilities"], list)
     assert "image_input" not in card["capabilities"]  # the embedded model is text only
+    assert card["route"] == "local"
+    assert card["protocols"] == ["messages", "chat.completions", "responses"]
 
 
 def test_health_and_readiness(http: httpx.Client) -> None:
