@@ -24,7 +24,7 @@ from bench.report import markdown, write
 from bench.run import Run
 from bench.target import from_url, started
 
-SCENARIOS = ("latency", "phases", "prefix", "constraints", "overhead", "clients")
+SCENARIOS = ("latency", "phases", "prefix", "constraints", "overhead", "clients", "gateway")
 
 
 def main(argv: list[str] | None = None) -> int:
