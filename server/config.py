@@ -7,7 +7,7 @@ import argparse
 import os
 import socket
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,8 @@ class Settings:
     port: int = DEFAULT_PORT
     engine: str = "sglang"
     engine_url: str | None = None  # sglang-remote: SGLang's HTTP server, or sglang-router
-    engine_api_key: str | None = None  # sglang-remote: the remote's --api-key, if it has one
+    # sglang-remote: the remote's --api-key, if it has one (kept out of the settings' repr)
+    engine_api_key: str | None = field(default=None, repr=False)
     engine_timeout: float = DEFAULT_ENGINE_TIMEOUT_S
     replay_hold_after: int | None = None  # replay: pieces of each answer before it holds (tests)
     device: str | None = None  # None: cuda where a GPU is present, else cpu
@@ -66,7 +67,7 @@ class Settings:
     deterministic_sampling: bool | None = None
     # The B3IQ gateway route of chat completions (`route: gateway`); None: not set up (503).
     gateway_url: str | None = None  # its OpenAI-compatible base URL (+ /chat/completions)
-    gateway_api_key: str | None = None  # the node's credential there; never logged
+    gateway_api_key: str | None = field(default=None, repr=False)  # never logged or echoed
     gateway_models: tuple[str, ...] = ()  # the models it may be asked for; empty: any
     gateway_timeout: float = DEFAULT_GATEWAY_TIMEOUT_S  # for each of the upstream's reads
     gateway_connect_timeout: float = 5.0

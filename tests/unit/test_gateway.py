@@ -25,6 +25,7 @@ from server.canonical import (
     ToolResult,
     Usage,
 )
+from server.config import Settings
 from server.gateway.generation import _Reader
 from server.gateway.upstream import chat_body
 
@@ -133,3 +134,8 @@ def test_without_usage_the_counts_are_the_nodes() -> None:
     reader.read(chunk({"content": "b"}, "stop"))
     finish = reader.finish(estimated_prompt=5)
     assert (finish.reason, finish.usage) == (FinishReason.END_TURN, Usage(5, 2, 0))
+
+
+def test_the_credentials_stay_out_of_the_settings_repr() -> None:
+    settings = Settings(gateway_url="http://gw", gateway_api_key="gw-s3cret", engine_api_key="e-s3")
+    assert "s3cret" not in repr(settings) and "e-s3" not in repr(settings)
