@@ -92,3 +92,15 @@ def test_logprobs_without_the_end_of_turn_token_or_the_stop_string() -> None:
     assert [t.text for t in logprobs_of(meta, stop)] == ["Hi"]
     # A runtime that repeats the whole list on each chunk: only the new ones.
     assert [t.text for t in logprobs_of(meta, None, skip=1)] == ["\n", "\n"]
+
+
+def test_a_token_given_no_chance_has_openais_floor_not_null() -> None:
+    """SGLang's HTTP server sends a -inf logprob as null (JSON has no -inf), as the fuzz run
+    through the router found (a 500); in-process it is -inf. Either is -9999.0, OpenAI's floor."""
+    meta = {
+        "output_token_logprobs": [[None, 5, "Hi"], [float("-inf"), 6, "!"]],
+        "output_top_logprobs": [[[None, 9, "Yo"], [-0.1, 5, "Hi"]], None],
+    }
+    found = logprobs_of(meta, None)
+    assert [t.logprob for t in found] == [-9999.0, -9999.0]
+    assert [(t.text, t.logprob) for t in found[0].top] == [("Hi", -0.1), ("Yo", -9999.0)]

@@ -4,6 +4,7 @@ SGLang reports, the same for the in-process engine and for SGLang's HTTP API (`s
 from __future__ import annotations
 
 import logging
+import math
 import re
 from typing import Any
 
@@ -68,6 +69,18 @@ def finish_of(meta: dict[str, Any], request: EngineRequest) -> EngineFinish | No
     raise InferError("the model runtime failed to produce this answer")
 
 
+# OpenAI's floor for a token the model gives no chance: JSON has no -inf (SGLang's HTTP server
+# sends it as null, and so would the node's encoders).
+LOWEST_LOGPROB = -9999.0
+
+
+def _logprob(value: Any) -> float:
+    if value is None:
+        return LOWEST_LOGPROB
+    number = float(value)
+    return number if math.isfinite(number) else LOWEST_LOGPROB
+
+
 def logprobs_of(
     meta: dict[str, Any], finish: EngineFinish | None, skip: int = 0
 ) -> tuple[EngineLogprob, ...]:
@@ -79,7 +92,7 @@ def logprobs_of(
         EngineLogprob(
             int(token_id),
             text or "",
-            float(logprob),
+            _logprob(logprob),
             tuple(_alternatives(tops[index] if index < len(tops) else None)),
         )
         for index, (logprob, token_id, text) in enumerate(entries)
@@ -95,7 +108,7 @@ def logprobs_of(
 
 
 def _alternatives(top: list[Any] | None) -> list[EngineLogprob]:
-    choices = [EngineLogprob(int(i), t or "", float(lp)) for lp, i, t in top or ()]
+    choices = [EngineLogprob(int(i), t or "", _logprob(lp)) for lp, i, t in top or ()]
     return sorted(choices, key=lambda choice: choice.logprob, reverse=True)
 
 
