@@ -7,13 +7,12 @@ model says."""
 from __future__ import annotations
 
 import json
-import subprocess
 from typing import Any
 
 import jsonschema
 import pytest
 
-from tests.conftest import repo_root
+from tests.node_script import run_script
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.heavy  # tool calls and JSON under grammars: 64 tokens each
@@ -25,21 +24,6 @@ WEATHER_SCHEMA = {
     "required": ["city"],
     "additionalProperties": False,
 }
-
-
-def run_script(name: str, server: ServerProcess, model: str) -> dict[str, Any]:
-    """Runs tests/node/<name> on the server and model; its one JSON line."""
-    script = repo_root() / "tests/node" / name
-    done = subprocess.run(
-        ["node", str(script), server.base_url, model],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=script.parent,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
 
 
 def assert_event_order(run: dict[str, Any]) -> None:

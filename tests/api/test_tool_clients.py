@@ -5,17 +5,13 @@ mode, which rests on a named tool choice yielding exactly one call."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-from typing import Any
-
 import anthropic
 import httpx
 import instructor
 import openai
 from pydantic import BaseModel
 
-from tests.conftest import repo_root
+from tests.node_script import run_script
 from tests.server_process import ServerProcess
 
 WEATHER = [{"role": "user", "content": "What is the weather in Oslo?"}]
@@ -80,16 +76,7 @@ def test_the_node_sdks_tool_runner_with_its_defaults(
     server: ServerProcess, http: httpx.Client, model: str
 ) -> None:
     refusals = thread_refusals(http)
-    script = repo_root() / "tests/node/tool_runner.mjs"
-    done = subprocess.run(
-        ["node", str(script), server.base_url, model],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=script.parent,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_script("tool_runner.mjs", server, model)
     assert thread_refusals(http) == refusals + 1
     assert result["calls"] and all(isinstance(call["city"], str) for call in result["calls"])
     assert result["replies"][0]["stop_reason"] == "tool_use"

@@ -68,7 +68,7 @@ def _item(found: list[Message], path: str, item: Any) -> None:
     fields.choice("status", _STATUSES)
     if kind == "message":
         role = _ROLES[fields.choice("role", tuple(_ROLES), required=True)]
-        parts = _content(fields, role)
+        parts: tuple[Part, ...] = _parts(fields, "content", _PARTS[role])
         fields.done()
         if role == "assistant":
             _assistant(found, parts)
@@ -82,7 +82,7 @@ def _item(found: list[Message], path: str, item: Any) -> None:
         _assistant(found, (ToolCall(call_id, name, arguments),))
     elif kind == "function_call_output":
         call_id = fields.string("call_id", required=True, min_length=1)
-        output = _output(fields)
+        output = _parts(fields, "output", ("input_text", "input_image"))
         fields.done()
         found.append(Message("tool", (ToolResult(call_id, output),)))
     else:
@@ -100,16 +100,17 @@ def _assistant(found: list[Message], parts: tuple[Part, ...]) -> None:
         found.append(Message("assistant", parts))
 
 
-def _content(fields: Fields, role: Role) -> tuple[Part, ...]:
-    path = f"{fields.path}.content"
-    content = fields.raw("content", required=True)
-    if isinstance(content, str):
-        return (Text(content),)
-    if not isinstance(content, list):
+def _parts(fields: Fields, key: str, allowed: tuple[str, ...]) -> tuple[Text | Image, ...]:
+    """A message's content or a call's output: a string, or parts of the kinds allowed."""
+    path = f"{fields.path}.{key}"
+    value = fields.raw(key, required=True)
+    if isinstance(value, str):
+        return (Text(value),)
+    if not isinstance(value, list):
         raise InvalidRequest(
-            f"{path} must be a string or an array of parts, not {describe(content)}", param=path
+            f"{path} must be a string or an array of parts, not {describe(value)}", param=path
         )
-    return tuple(_part(f"{path}.{i}", part, _PARTS[role]) for i, part in enumerate(content))
+    return tuple(_part(f"{path}.{i}", part, allowed) for i, part in enumerate(value))
 
 
 def _part(path: str, part: Any, allowed: tuple[str, ...]) -> Text | Image:
@@ -150,20 +151,6 @@ def _image(fields: Fields) -> Image:
         media_type, data = data_url(url, where)
         return Image(fields.path, media_type, data)
     return Image(fields.path, url=https_url(url, where))
-
-
-def _output(fields: Fields) -> tuple[Text | Image, ...]:
-    """A function call's output: a string, or input_text and input_image parts."""
-    path = f"{fields.path}.output"
-    output = fields.raw("output", required=True)
-    if isinstance(output, str):
-        return (Text(output),)
-    if not isinstance(output, list):
-        raise InvalidRequest(
-            f"{path} must be a string or an array of parts, not {describe(output)}", param=path
-        )
-    allowed = ("input_text", "input_image")
-    return tuple(_part(f"{path}.{i}", part, allowed) for i, part in enumerate(output))
 
 
 def _reasoning(fields: Fields) -> str:
