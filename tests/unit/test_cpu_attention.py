@@ -1,42 +1,138 @@
-"""The faster plain-torch prefill gives the attention SGLang's own does, prefix cached or not."""
+"""The plain-torch attention of `cpu/attention.py` gives the attention SGLang's own does: prefill
+with a prefix cached or not, a mixed batch's decode rows, and decode of one request or several
+of different lengths; keys read in place or gathered."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
 
-from server.engines.sglang.cpu_attention import new_tokens_only
+from server.engines.sglang.cpu.attention import (
+    PLAN,
+    forward_plan,
+    keys_of,
+    planned_decode,
+    planned_extend,
+)
 from server.torch_compat import ensure_torchvision_loadable
+
+POOL = 256
 
 
 @pytest.fixture(scope="module")
-def sglang_extend():  # type: ignore[no-untyped-def]
+def backend() -> Any:
     ensure_torchvision_loadable()
     from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 
-    return TorchNativeAttnBackend._run_sdpa_forward_extend
+    return TorchNativeAttnBackend
 
 
-@pytest.mark.parametrize("prefixes", [(0, 0), (5, 0), (7, 12), (0, 9), (40, 2), (2, 40)])
-@pytest.mark.parametrize("gqa", [False, True])
-def test_same_output_as_sglangs_extend(sglang_extend, prefixes: tuple[int, int], gqa: bool) -> None:  # type: ignore[no-untyped-def]
+def cache(
+    lengths: list[int], kv_heads: int, dim: int, dtype: torch.dtype, in_order: bool
+) -> tuple[Any, ...]:
+    """A KV cache holding each request's tokens, in consecutive slots or scattered, and
+    SGLang's slot table."""
+    k_cache = torch.randn(POOL, kv_heads, dim).to(dtype)
+    v_cache = torch.randn(POOL, kv_heads, dim).to(dtype)
+    req_to_token = torch.zeros(len(lengths), 128, dtype=torch.int32)
+    slots = torch.arange(1, POOL) if in_order else torch.randperm(POOL - 1) + 1
+    start = 0
+    for index, length in enumerate(lengths):
+        req_to_token[index, :length] = slots[start : start + length]
+        start += length
+    return k_cache, v_cache, req_to_token, torch.arange(len(lengths))
+
+
+def planned(req_to_token: Any, pool_indices: Any, seq_lens: Any, decode: bool) -> Any:
+    return SimpleNamespace(
+        **{PLAN: forward_plan(req_to_token, pool_indices, seq_lens, None, decode)}
+    )
+
+
+@pytest.mark.parametrize(
+    ("prefixes", "news"),
+    [((0, 0), (4, 3)), ((5, 0), (4, 3)), ((7, 12), (4, 3)), ((40, 2), (4, 3)),
+     ((2, 40), (4, 3)), ((30, 9), (1, 6)), ((0, 50), (20, 1))],
+)  # fmt: skip
+@pytest.mark.parametrize("heads", [(6, 2), (6, 6)])
+@pytest.mark.parametrize("in_order", [True, False])
+def test_prefill_is_sglangs_prefill(
+    backend: Any,
+    prefixes: tuple[int, int],
+    news: tuple[int, int],
+    heads: tuple[int, int],
+    in_order: bool,
+) -> None:
     torch.manual_seed(0)
-    heads, kv_heads, dim = 6, 2 if gqa else 6, 16
-    news = (4, 3)
+    dim = 16
     lengths = [p + n for p, n in zip(prefixes, news, strict=True)]
-    pool = 128
-    k_cache = torch.randn(pool, kv_heads, dim)
-    v_cache = torch.randn(pool, kv_heads, dim)
-    req_to_token = torch.zeros(2, 64, dtype=torch.long)
-    slots = torch.randperm(pool)
-    req_to_token[0, : lengths[0]] = slots[: lengths[0]]
-    req_to_token[1, : lengths[1]] = slots[lengths[0] : lengths[0] + lengths[1]]
-    query = torch.randn(sum(news), heads, dim)
+    k_cache, v_cache, req_to_token, pool = cache(lengths, heads[1], dim, torch.bfloat16, in_order)
+    query = torch.randn(sum(news), heads[0], dim)
+    seq_lens = torch.tensor(lengths)
     args = (
-        k_cache, v_cache, req_to_token, torch.tensor([0, 1]), torch.tensor(lengths),
-        torch.tensor(prefixes), torch.tensor(news),
+        k_cache,
+        v_cache,
+        req_to_token,
+        pool,
+        seq_lens,
+        torch.tensor(prefixes),
+        torch.tensor(news),
+    )
+    kwargs = {"scaling": dim**-0.5, "enable_gqa": heads[0] != heads[1], "causal": True}
+    sglang = backend._run_sdpa_forward_extend
+    expected = sglang(None, query, torch.zeros_like(query), *args, **kwargs)
+    owner = planned(req_to_token, pool, seq_lens, decode=False)
+    ours = planned_extend(sglang)(owner, query, torch.zeros_like(query), *args, **kwargs)
+    torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("lengths", [[9], [70], [1, 30, 17], [12, 12]])
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("in_order", [True, False])
+def test_decode_is_sglangs_decode(
+    backend: Any, lengths: list[int], cache_dtype: torch.dtype, in_order: bool
+) -> None:
+    torch.manual_seed(1)
+    heads, kv_heads, dim = 6, 2, 16
+    k_cache, v_cache, req_to_token, pool = cache(lengths, kv_heads, dim, cache_dtype, in_order)
+    query = torch.randn(len(lengths), heads, dim)
+    seq_lens = torch.tensor(lengths)
+    args = (k_cache, v_cache, req_to_token, pool, seq_lens)
+    kwargs = {"scaling": dim**-0.5, "enable_gqa": True}
+    sglang = backend._run_sdpa_forward_decode
+    expected = sglang(None, query, torch.zeros_like(query), *args, **kwargs)
+    owner = planned(req_to_token, pool, seq_lens, decode=True)
+    ours = planned_decode(sglang)(owner, query, torch.zeros_like(query), *args, **kwargs)
+    torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_keys_in_order_are_read_in_place() -> None:
+    k_cache = torch.randn(POOL, 2, 4)
+    in_order = keys_of(torch.arange(10, 20, dtype=torch.int32))
+    assert in_order.slots is None
+    assert in_order.read(k_cache).data_ptr() == k_cache[10].data_ptr()
+    scattered = keys_of(torch.tensor([10, 11, 13], dtype=torch.int32))
+    assert scattered.slots is not None
+    assert torch.equal(scattered.read(k_cache), k_cache[[10, 11, 13]])
+
+
+def test_a_layer_given_another_forward_is_left_to_sglang(backend: Any) -> None:
+    lengths = [5, 8]
+    k_cache, v_cache, req_to_token, pool = cache(lengths, 2, 16, torch.float32, True)
+    seq_lens = torch.tensor(lengths)
+    calls = []
+
+    def original(*args: Any, **kwargs: Any) -> torch.Tensor:
+        calls.append(args)
+        return torch.zeros(1)
+
+    stale = planned(req_to_token, pool, seq_lens.clone(), decode=True)
+    query = torch.randn(2, 6, 16)
+    planned_decode(original)(
+        stale, query, torch.zeros_like(query), k_cache, v_cache, req_to_token, pool,
+        seq_lens, scaling=0.25, enable_gqa=True,
     )  # fmt: skip
-    kwargs = {"scaling": dim**-0.5, "enable_gqa": gqa, "causal": True}
-    expected = sglang_extend(None, query, torch.zeros_like(query), *args, **kwargs)
-    faster = new_tokens_only(sglang_extend)(None, query, torch.zeros_like(query), *args, **kwargs)
-    torch.testing.assert_close(faster, expected, rtol=1e-5, atol=1e-5)
+    assert len(calls) == 1

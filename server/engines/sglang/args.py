@@ -8,6 +8,7 @@ from typing import Any
 from server.canonical import Sampling
 from server.config import Settings
 from server.engines.base import Constraint
+from server.engines.sglang import cpu_compat
 from server.models.source import ModelSource
 
 # On a CPU SGLang sizes its KV cache from free RAM; bound it (tokens, all requests together).
@@ -56,13 +57,34 @@ def server_args(settings: Settings, source: ModelSource) -> dict[str, Any]:
         # SGLang honours a request's sampling seed only in its deterministic mode.
         args["enable_deterministic_inference"] = True
     if device == "cpu":
-        args.setdefault("max_total_tokens", CPU_MAX_TOTAL_TOKENS)
+        if cpu_compat.cpu_computes_bf16():
+            args.setdefault("max_total_tokens", CPU_MAX_TOTAL_TOKENS)
+        else:
+            # Computed in fp32, prefill runs 4-5x faster than in bf16 (cpu/linear.py has the
+            # figures). The KV cache is fp32 too, read in place by the attention with no copy
+            # (cpu/attention.py): as many bytes as a bf16 cache of twice the tokens.
+            args["dtype"] = "float32"
+            args.setdefault("max_total_tokens", CPU_MAX_TOTAL_TOKENS // 2)
+        # One long prompt must not hold the CPU: it prefills in chunks sized in time
+        # (cpu/chunking.py), the running streams decode within each chunk's forward, and a
+        # short prompt that arrives is prefilled beside the next chunk rather than after the
+        # whole long one.
+        args.update(enable_mixed_chunk=True, schedule_policy="shortest-prefill-first")
         if deterministic:
             # SGLang's deterministic mode wants a named backend (on a GPU it picks one). SGLang's
             # own CPU default is named: intel_amx, which falls back to torch_native without AMX
             # after the check that would turn off CPU decode graphs for torch_native by name.
             args["attention_backend"] = "intel_amx"
     return args
+
+
+def runtime_env(settings: Settings) -> dict[str, str]:
+    """Environment for SGLang's processes. The queue bound is the scheduler's own: it counts a
+    request's time in the waiting queue only, never the prefill of one it has started, and
+    drops a request past it unstarted (503 from the runtime, see outputs.py)."""
+    if settings.max_queue_wait <= 0:
+        return {}
+    return {"SGLANG_REQ_WAITING_TIMEOUT": f"{settings.max_queue_wait:g}"}
 
 
 def logprob_options(sampling: Sampling) -> dict[str, Any]:

@@ -29,6 +29,14 @@ def cpu_has_amx() -> bool:
     return bool(torch.cpu._is_amx_tile_supported())
 
 
+def cpu_computes_bf16() -> bool:
+    """Whether the CPU multiplies bf16 natively (AMX, AVX-512 BF16); without it, bf16 GEMMs
+    convert every element and run 4-6x slower than fp32."""
+    import torch
+
+    return cpu_has_amx() or bool(torch.cpu._is_avx512_bf16_supported())
+
+
 def quiet_cpu_warnings() -> None:
     """SGLang warns at import, in every process, that CUDA-only features (AWQ, GGUF, Triton) are
     not on a CPU; none of them is used here."""

@@ -5,14 +5,17 @@ SGLang's deterministic inference, which seeded sampling rests on, available ther
 attention backends join SGLang's deterministic lists (they compute each request alone, so the
 radix cache stays on), SGLang's batch-invariant kernels, Triton and GPU-only, are not
 installed, and its seeded sampler runs eagerly. On a CPU without AMX it also installs the faster
-prefill of `cpu_attention.py`. In every process it keeps SGLang's list of model modules that do
+plain-torch model path of `cpu/`. In every process it keeps SGLang's list of model modules that do
 not import on this machine (a dozen lines at each start, none about the model served) at debug
-level."""
+level. In the processes SGLang spawns it leaves SIGINT to the process that started them.
+"""
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
+import signal
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +29,11 @@ MODEL_REGISTRY_LOGGER = "sglang.srt.models.registry"
 
 def register() -> None:
     logging.getLogger(MODEL_REGISTRY_LOGGER).addFilter(_import_errors_at_debug)
+    if multiprocessing.parent_process() is not None:
+        # A terminal's Ctrl-C reaches the whole process group: SGLang's scheduler and
+        # detokenizer would each die of it with a KeyboardInterrupt traceback. The process that
+        # started them stops them when it stops.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     _seeded_min_p()
     if os.environ.get("SGLANG_USE_CPU_ENGINE") != "1":
         return
@@ -34,14 +42,9 @@ def register() -> None:
 
     if torch.cpu._is_amx_tile_supported():
         return  # SGLang's AMX backend has its own kernels
-    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from server.engines.sglang import cpu
 
-    from server.engines.sglang.cpu_attention import TARGET, new_tokens_only
-
-    original = TorchNativeAttnBackend._run_sdpa_forward_extend
-    HookRegistry.register(TARGET, new_tokens_only(original), HookType.REPLACE)
-    log.info("plain-torch attention: prefill attends from new tokens only")
+    cpu.install()
 
 
 def _import_errors_at_debug(record: logging.LogRecord) -> bool:

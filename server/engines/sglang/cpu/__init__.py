@@ -1,0 +1,38 @@
+"""SGLang on CPUs without AMX (SGLang's own CPU kernels are AMX-only): attention that computes
+only what a step needs (`attention.py`), matrix products in the form each row count runs fastest
+in (`linear.py`), and prefill chunks sized in time (`chunking.py`). Installed by the
+plugin, in every SGLang process; each kernel replacement gives SGLang's own results (unit tests
+compare)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from server.engines.sglang.cpu import attention, chunking, linear
+
+
+def install() -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    replacements: dict[str, Callable[[Any], Any]] = {
+        attention.EXTEND: attention.planned_extend,
+        attention.DECODE: attention.planned_decode,
+        attention.METADATA: attention.planned_metadata,
+        linear.LINEAR: linear.faster_linear,
+        linear.LINEAR_INTO: linear.faster_linear_into,
+        linear.LM_HEAD: linear.faster_lm_head,
+        chunking.SIZER: chunking.clocked_chunks,
+        chunking.RUN_BATCH: chunking.timed_forwards,
+    }
+    for target, replacement in replacements.items():
+        HookRegistry.register(target, replacement(_resolve(target)), HookType.REPLACE)
+    HookRegistry.register(linear.LOAD_MODEL, linear.prepared_after_loading, HookType.AFTER)
+
+
+def _resolve(target: str) -> Any:
+    """The function at a dotted path `module.Class.method`."""
+    import importlib
+
+    module_name, class_name, name = target.rsplit(".", 2)
+    return getattr(getattr(importlib.import_module(module_name), class_name), name)

@@ -1,0 +1,272 @@
+"""Attention for SGLang's plain-torch backend, the one CPUs without AMX run on.
+
+SGLang 0.5.23's version gathers each request's keys and values from the cache in every layer
+(a copy of the whole context, per layer), pads a prefill's new queries to the whole sequence
+and attends from every position: a chunk of a long prompt, or a prompt whose prefix the radix
+cache holds, costs attention over all of it, squared. Here, per forward (`ForwardPlan`), each
+request's keys are found once: a request whose cache slots run in order (the allocator hands
+them out sorted) is read in place, with no copy. New tokens attend to the cached prefix and to
+each other separately, in the fused flash kernel without a mask, the query heads that share a
+key head packed together (so keys are never repeated per head), and the two halves are joined
+by their log-sum-exp. A decode step of several requests gathers them once, padded and masked.
+
+Measured on a 2-core AVX2 machine, one layer of SmolLM2-135M: 15 new tokens after 6,000, 9.3 ms
+gathered and masked against 4.2 ms here; 32 after 7,000, 14.7 against 11.7; idle. With the
+machine busy with the other processes of a node, 54 against 20. Results are SGLang's own (unit
+tests compare)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.nn.functional import scaled_dot_product_attention
+
+BACKEND = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend"
+EXTEND = f"{BACKEND}._run_sdpa_forward_extend"
+DECODE = f"{BACKEND}._run_sdpa_forward_decode"
+METADATA = f"{BACKEND}.init_forward_metadata"
+PLAN = "_b3os_forward_plan"  # where a forward's plan lives on the backend
+
+_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Where one request's keys and values lie in the cache: `length` slots from `first` when
+    they run in order, else the slots themselves."""
+
+    length: int
+    first: int = 0
+    slots: torch.Tensor | None = None  # int64
+
+    def read(self, cache: torch.Tensor) -> torch.Tensor:
+        """[length, kv_heads, dim], a view of the cache where the slots run in order."""
+        if self.slots is None:
+            return cache[self.first : self.first + self.length]
+        return cache.index_select(0, self.slots)
+
+
+def keys_of(row: torch.Tensor) -> Keys:
+    """`row`: a request's cache slots, in order of position."""
+    length = row.numel()
+    if length == 0:
+        return Keys(0)
+    first = int(row[0])
+    if int(row[-1]) - first == length - 1 and bool((row.diff() == 1).all()):
+        return Keys(length, first)
+    return Keys(length, first, row.to(torch.int64))
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardPlan:
+    """Each request's keys, found once for all the layers of one forward."""
+
+    seq_lens: torch.Tensor  # the forward's own tensor: a layer given another falls back
+    keys: tuple[Keys, ...]
+    gather: Gather | None = None  # a decode step of several requests
+
+
+@dataclass(frozen=True, slots=True)
+class Gather:
+    """A decode step's keys gathered in one go: `longest` slots per request (those past a
+    request's length masked out)."""
+
+    slots: torch.Tensor  # [requests * longest] int64
+    longest: int
+    mask: torch.Tensor | None  # [requests, 1, 1, longest] bool; None when all are as long
+
+
+def forward_plan(
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    seq_lens_cpu: torch.Tensor | None = None,
+    decode: bool = False,
+) -> ForwardPlan:
+    lengths = (seq_lens if seq_lens_cpu is None else seq_lens_cpu).tolist()
+    rows = req_to_token[req_pool_indices]
+    keys = tuple(keys_of(rows[index, :length]) for index, length in enumerate(lengths))
+    gather = None
+    if decode and len(lengths) > 1:
+        longest = max(lengths)
+        mask = None
+        if min(lengths) != longest:
+            positions = torch.arange(longest, device=seq_lens.device)
+            mask = (positions[None, :] < seq_lens[:, None]).view(len(lengths), 1, 1, longest)
+        gather = Gather(rows[:, :longest].reshape(-1).to(torch.int64), longest, mask)
+    return ForwardPlan(seq_lens, keys, gather)
+
+
+def planned_metadata(original: Callable[..., None]) -> Callable[..., None]:
+    """The replacement for `init_forward_metadata`: also plans the forward's key reads."""
+
+    def init_forward_metadata(self: Any, forward_batch: Any) -> None:
+        original(self, forward_batch)
+        mode = forward_batch.forward_mode
+        plan = None
+        if forward_batch.encoder_lens is None and (mode.is_decode() or mode.is_extend()):
+            plan = forward_plan(
+                self.req_to_token_pool.req_to_token,
+                forward_batch.req_pool_indices,
+                forward_batch.seq_lens,
+                forward_batch.seq_lens_cpu,
+                decode=mode.is_decode(),
+            )
+        setattr(self, PLAN, plan)
+
+    return init_forward_metadata
+
+
+def _heads_first(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[tokens, heads, dim] -> [1, heads, tokens, dim] in `dtype`."""
+    return x.to(dtype).movedim(0, 1).unsqueeze(0)
+
+
+def attend(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    prefix: int,
+    scaling: float | None,
+) -> torch.Tensor:
+    """query [new, heads, dim], the new tokens at positions prefix...; key and value
+    [prefix + new, kv_heads, dim]. Returns [new, heads, dim]: causal attention."""
+    new, heads, dim = query.shape
+    kv_heads = key.shape[1]
+    group = heads // kv_heads
+    q = query.movedim(0, 1)  # [heads, new, dim]
+    # Heads that share a key head, packed along the tokens: [1, kv_heads, group * new, dim].
+    packed = q.reshape(kv_heads, group * new, dim).unsqueeze(0)
+    k, v = _heads_first(key, query.dtype), _heads_first(value, query.dtype)
+    if new == 1:  # one token sees every key: no mask, no causal half
+        out = _flash(packed, k, v, scale=scaling)[0]
+        return out.reshape(heads, 1, dim).movedim(1, 0)
+    recent_k = k[:, :, prefix:].repeat_interleave(group, dim=1)
+    recent_v = v[:, :, prefix:].repeat_interleave(group, dim=1)
+    out, lse = _flash(q.unsqueeze(0), recent_k, recent_v, is_causal=True, scale=scaling)[:2]
+    if prefix:
+        early, early_lse = _flash(packed, k[:, :, :prefix], v[:, :, :prefix], scale=scaling)[:2]
+        early = early.reshape(1, heads, new, dim)
+        early_lse = early_lse.reshape(1, heads, new)
+        total = torch.logaddexp(lse, early_lse)
+        out = out * (lse - total).exp().unsqueeze(-1) + early * (early_lse - total).exp().unsqueeze(
+            -1
+        )
+    return out.squeeze(0).movedim(1, 0)
+
+
+def _usable(plan: ForwardPlan | None, seq_lens: torch.Tensor, **kwargs: Any) -> bool:
+    windowed = kwargs["sliding_window_size"] is not None and kwargs["sliding_window_size"] > -1
+    odd = kwargs["encoder_lens"] is not None or kwargs["is_cross_attn"] or windowed
+    return plan is not None and plan.seq_lens is seq_lens and not odd
+
+
+def planned_extend(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """The replacement for `_run_sdpa_forward_extend`; what it does not handle (encoder-decoder
+    models, sliding windows, a forward it has no plan for) goes to the original."""
+
+    def run_sdpa_forward_extend(
+        self: Any,
+        query: torch.Tensor,
+        output: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        req_to_token: torch.Tensor,
+        req_pool_indices: torch.Tensor,
+        seq_lens: torch.Tensor,
+        extend_prefix_lens: torch.Tensor,
+        extend_seq_lens: torch.Tensor,
+        encoder_lens: torch.Tensor | None = None,
+        scaling: float | None = None,
+        enable_gqa: bool = False,
+        causal: bool = False,
+        is_cross_attn: bool = False,
+        sliding_window_size: int | None = None,
+    ) -> torch.Tensor:
+        plan: ForwardPlan | None = getattr(self, PLAN, None)
+        fits = _usable(
+            plan, seq_lens, encoder_lens=encoder_lens, is_cross_attn=is_cross_attn,
+            sliding_window_size=sliding_window_size,
+        )  # fmt: skip
+        if not fits or not causal or plan is None:
+            return original(
+                self, query, output, k_cache, v_cache, req_to_token, req_pool_indices,
+                seq_lens, extend_prefix_lens, extend_seq_lens, encoder_lens, scaling=scaling,
+                enable_gqa=enable_gqa, causal=causal, is_cross_attn=is_cross_attn,
+                sliding_window_size=sliding_window_size,
+            )  # fmt: skip
+        start = 0
+        for keys, new in zip(plan.keys, extend_seq_lens.tolist(), strict=True):
+            if new:
+                key, value = keys.read(k_cache), keys.read(v_cache)
+                block = query[start : start + new]
+                output[start : start + new] = attend(block, key, value, keys.length - new, scaling)
+            start += new
+        return output
+
+    return run_sdpa_forward_extend
+
+
+def planned_decode(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """The replacement for `_run_sdpa_forward_decode`; what it does not handle goes to the
+    original."""
+
+    def run_sdpa_forward_decode(
+        self: Any,
+        query: torch.Tensor,
+        output: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        req_to_token: torch.Tensor,
+        req_pool_indices: torch.Tensor,
+        seq_lens: torch.Tensor,
+        encoder_lens: torch.Tensor | None = None,
+        scaling: float | None = None,
+        enable_gqa: bool = False,
+        causal: bool = False,
+        is_cross_attn: bool = False,
+        sliding_window_size: int | None = None,
+    ) -> torch.Tensor:
+        plan: ForwardPlan | None = getattr(self, PLAN, None)
+        fits = _usable(
+            plan, seq_lens, encoder_lens=encoder_lens, is_cross_attn=is_cross_attn,
+            sliding_window_size=sliding_window_size,
+        )  # fmt: skip
+        if not fits or plan is None:
+            return original(
+                self, query, output, k_cache, v_cache, req_to_token, req_pool_indices,
+                seq_lens, encoder_lens, scaling=scaling, enable_gqa=enable_gqa, causal=causal,
+                is_cross_attn=is_cross_attn, sliding_window_size=sliding_window_size,
+            )  # fmt: skip
+        if plan.gather is None:  # one request: its keys read in place
+            keys = plan.keys[0]
+            output.copy_(attend(query, keys.read(k_cache), keys.read(v_cache), 0, scaling))
+            return output
+        output.copy_(gathered_decode(query, k_cache, v_cache, plan.gather, scaling, enable_gqa))
+        return output
+
+    return run_sdpa_forward_decode
+
+
+def gathered_decode(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    gather: Gather,
+    scaling: float | None,
+    enable_gqa: bool,
+) -> torch.Tensor:
+    """query [requests, heads, dim] -> [requests, heads, dim]: one new token per request."""
+    requests = query.shape[0]
+    shape = (requests, gather.longest, *k_cache.shape[1:])
+    key = k_cache.index_select(0, gather.slots).view(shape).transpose(1, 2)
+    value = v_cache.index_select(0, gather.slots).view(shape).transpose(1, 2)
+    if key.dtype != query.dtype:
+        key, value = key.to(query.dtype), value.to(query.dtype)
+    out = scaled_dot_product_attention(
+        query.unsqueeze(2), key, value, attn_mask=gather.mask, scale=scaling, enable_gqa=enable_gqa
+    )
+    return out.squeeze(2)

@@ -1,0 +1,55 @@
+"""One row is multiplied by a bf16 copy of an fp32 weight, more rows by oneDNN's packed weight;
+both give the layer's own product."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from server.engines.sglang.cpu.linear import BF16, PACKED, faster_linear
+
+
+class Linear(torch.nn.Module):
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(weight, requires_grad=False)
+
+
+def original(self: Any, layer: torch.nn.Module, x: torch.Tensor, bias: Any = None) -> Any:
+    return torch.nn.functional.linear(x, layer.weight, bias)
+
+
+def bf16_checkpoint(rows: int, columns: int) -> Linear:
+    """A checkpoint's bf16 values, held in fp32 as the node computes them."""
+    return Linear(torch.randn(rows, columns).to(torch.bfloat16).to(torch.float32))
+
+
+def test_one_row_reads_the_bf16_copy() -> None:
+    torch.manual_seed(0)
+    layer, x, bias = bf16_checkpoint(64, 32), torch.randn(1, 32), torch.randn(64)
+    out = faster_linear(original)(None, layer, x, bias)
+    assert out.dtype == torch.float32
+    assert torch.equal(layer.__dict__[BF16], layer.weight.to(torch.bfloat16))  # lossless copy
+    expected = torch.nn.functional.linear(x.to(torch.bfloat16), layer.__dict__[BF16]).float()
+    torch.testing.assert_close(out, expected + bias)
+    # within bf16 rounding of the activations
+    torch.testing.assert_close(out, original(None, layer, x, bias), rtol=2e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("shape", [(2, 32), (77, 32), (3, 5, 32)])
+def test_more_rows_run_the_packed_weight(shape: tuple[int, ...]) -> None:
+    torch.manual_seed(1)
+    layer, x, bias = bf16_checkpoint(64, 32), torch.randn(shape), torch.randn(64)
+    out = faster_linear(original)(None, layer, x, bias)
+    assert PACKED in layer.__dict__
+    torch.testing.assert_close(out, original(None, layer, x, bias), rtol=1e-5, atol=1e-5)
+
+
+def test_a_bf16_model_is_left_as_it_is() -> None:
+    layer = Linear(torch.randn(64, 32, dtype=torch.bfloat16))
+    for rows in (1, 8):
+        x = torch.randn(rows, 32, dtype=torch.bfloat16)
+        assert torch.equal(faster_linear(original)(None, layer, x), original(None, layer, x))
+    assert BF16 not in layer.__dict__ and PACKED not in layer.__dict__
