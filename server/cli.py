@@ -26,6 +26,7 @@ SGLANG_SERVER_OPTIONS = (
     "tp_size",
     "max_running_requests",
     "max_total_tokens",
+    "max_queue_wait",
 )
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 

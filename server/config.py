@@ -166,8 +166,10 @@ _OPTIONS = (
     ),
     _Option(
         "max_queue_wait",
-        "seconds a request may wait for its first token (queue and prefill) before it is "
-        f"refused with 503 and Retry-After; 0: no bound (default {DEFAULT_MAX_QUEUE_WAIT_S:.0f})",
+        "seconds a request may wait in the model runtime's queue before it is dropped "
+        "unstarted and refused with 503 (its own prefill does not count); with sglang-remote, "
+        "the workers' own bound applies (b3os-infer sglang-server --max-queue-wait); 0: no "
+        f"bound (default {DEFAULT_MAX_QUEUE_WAIT_S:.0f})",
         float,
     ),
     _Option(

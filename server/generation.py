@@ -32,12 +32,10 @@ from server.engines.base import (
     Engine,
     EngineFinish,
     EngineLogprob,
-    EngineOutput,
     EngineRequest,
     StopKind,
 )
 from server.errors import (
-    BackendUnavailable,
     ConstraintRejected,
     ContextLengthExceeded,
     InferError,
@@ -137,13 +135,11 @@ class Generation:
         renderer: PromptRenderer,
         card: ModelCard,
         signing_key: bytes,
-        max_queue_wait: float = 0.0,
     ) -> None:
         self.engine = engine
         self.renderer = renderer
         self.card = card
         self._signing_key = signing_key
-        self._max_queue_wait = max_queue_wait  # seconds to the first output; 0: unbounded
 
     def sign(self, reasoning: str) -> str:
         """The opaque signature of a reasoning block: an HMAC of its text. This node does not
@@ -228,7 +224,7 @@ class Generation:
             try:
                 # Closed explicitly (not left to the garbage collector): closing aborts it.
                 async with aclosing(self.engine.generate(prepared.engine_request)) as outputs:
-                    async for output in self._first_in_time(outputs):
+                    async for output in outputs:
                         if "ttft" not in timing.phases:
                             timing.mark("ttft")
                         record.completion_tokens = output.completion_tokens
@@ -258,32 +254,6 @@ class Generation:
                 raise InternalError("the model runtime ended the answer without a finish")
             except ConstraintRejected as error:
                 raise explain(prepared.request, error) from None
-
-    async def _first_in_time(
-        self, outputs: AsyncGenerator[EngineOutput, None]
-    ) -> AsyncGenerator[EngineOutput, None]:
-        """The engine's outputs, the first within the queue bound: a request the runtime cannot
-        start in time is refused (503, Retry-After) rather than held silently."""
-        if self._max_queue_wait <= 0:
-            async for output in outputs:
-                yield output
-            return
-        try:
-            # In this task (not wait_for's): the engine's stream lives in the task that reads it.
-            async with asyncio.timeout(self._max_queue_wait):
-                first = await anext(outputs)
-        except TimeoutError:
-            retry = max(1, min(60, round(self._max_queue_wait)))
-            raise BackendUnavailable(
-                f"the model runtime is busy: no first token within {self._max_queue_wait:g} s; "
-                f"retry in {retry} seconds",
-                retry_after=retry,
-            ) from None
-        except StopAsyncIteration:
-            return
-        yield first
-        async for output in outputs:
-            yield output
 
 
 def _finish(finish: EngineFinish, num_calls: int, reasoning_tokens: int = 0) -> Finish:

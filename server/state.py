@@ -150,7 +150,6 @@ class ServerState:
             renderer,
             card,
             secrets.token_bytes(32),
-            self.settings.max_queue_wait,
         )
         self.on_engine_started()
         log.info("serving %s, ready in %.1f s", card.id, time.monotonic() - started)

@@ -493,29 +493,3 @@ def test_metrics_parse_and_count(node: Node) -> None:
     assert total("b3os_infer_inter_token_latency_seconds", "_count") >= 5
     assert total("b3os_infer_completion_tokens", "_total", model=MODEL) >= 6
     assert total("b3os_infer_engine_queue_depth", "") >= 0
-
-
-# --- the queue bound -------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def impatient(
-    tmp_path_factory: pytest.TempPathFactory, sglang_server: ServerProcess, engine: str
-) -> Iterator[ServerProcess]:
-    """A server that allows 1 ms to the first token: no request can make it."""
-    del engine
-    args = ["--engine", "sglang-remote", "--engine-url", sglang_server.origin]
-    folder = tmp_path_factory.mktemp("impatient")
-    process = ServerProcess(folder / "server.log", *args, "--max-queue-wait", "0.001")
-    with process.running():
-        yield process
-
-
-def test_a_request_that_would_wait_too_long_is_refused_with_503(impatient: ServerProcess) -> None:
-    with httpx.Client(base_url=impatient.origin, timeout=60) as client:
-        response = client.post("/v1/infer/chat/completions", json=chat_body())
-        error = assert_openai_error(response, 503, "infer_backend_unavailable")
-        assert int(response.headers["retry-after"]) >= 1
-        assert "no first token within 0.001 s" in error["message"]
-        entry = client.get(f"/v1/requests/{response.headers['x-request-id']}").json()
-    assert entry["status"] == "failed"

@@ -19,7 +19,12 @@ from typing import Any
 from server.config import Settings
 from server.engines.base import EngineLimits, EngineLoad, EngineOutput, EngineRequest
 from server.engines.sglang import cpu_compat
-from server.engines.sglang.args import logprob_options, server_args, to_sampling_params
+from server.engines.sglang.args import (
+    logprob_options,
+    runtime_env,
+    server_args,
+    to_sampling_params,
+)
 from server.engines.sglang.outputs import finish_of, limits, logprobs_of
 from server.engines.sglang.supervisor import (
     Supervisor,
@@ -90,6 +95,7 @@ class SGLangEngine:
         args = server_args(self._settings, self._source)
         if args["device"] == "cpu":
             cpu_compat.prepare_cpu_runtime()
+        os.environ.update(runtime_env(self._settings))  # the scheduler inherits it
         import sglang
 
         _check_context_length(self._settings.context_length, args["model_path"])

@@ -25,6 +25,9 @@ from server.errors import (
 
 log = logging.getLogger(__name__)
 
+# What SGLang's scheduler says of a request it dropped at SGLANG_REQ_WAITING_TIMEOUT (args.py).
+QUEUE_BOUND_MESSAGE = "Request waiting timeout reached."
+
 
 def limits(context_length: int, max_req_input_len: int) -> EngineLimits:
     """SGLang's own bounds (0.5.23): the scheduler admits prompts shorter than
@@ -120,6 +123,13 @@ def error_of(status: Any, message: str, request: EngineRequest) -> InferError:
         if "context length" in message or "length" in message or "exceeds" in message:
             return ContextLengthExceeded(message, param="messages")
         return InvalidRequest(message)
+    if status == 503 and message == QUEUE_BOUND_MESSAGE:
+        # Dropped from the queue before it started: nothing of it was computed. No Retry-After:
+        # the node cannot tell when the work ahead of it ends, and a retry joins the queue's end.
+        return BackendUnavailable(
+            "the model runtime is busy: this request waited in its queue for the node's bound "
+            "(--max-queue-wait) without being started, and was dropped unstarted"
+        )
     log.warning("SGLang aborted %s (%s): %s", request.request_id, status, message)
     return BackendUnavailable(
         "the model runtime aborted this request; retry shortly", retry_after=1

@@ -12,7 +12,7 @@ from typing import Any
 
 from server.config import Settings
 from server.engines.sglang import cpu_compat
-from server.engines.sglang.args import server_args
+from server.engines.sglang.args import runtime_env, server_args
 from server.models.source import resolve
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,7 @@ def run(settings: Settings, sglang_args: Sequence[str] = ()) -> int:
     args.update(host=settings.host, port=settings.port, log_level=settings.log_level)
     if args["device"] == "cpu":
         cpu_compat.prepare_cpu_runtime()
+    os.environ.update(runtime_env(settings))
     from sglang.launch_server import run_server
     from sglang.srt.plugins import load_plugins
     from sglang.srt.server_args import prepare_server_args
