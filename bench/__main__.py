@@ -13,6 +13,7 @@ import argparse
 import importlib
 import platform
 import shlex
+import signal
 import sys
 import time
 from contextlib import ExitStack
@@ -24,10 +25,34 @@ from bench.report import markdown, write
 from bench.run import Run
 from bench.target import from_url, started
 
-SCENARIOS = ("latency", "phases", "prefix", "constraints", "overhead", "clients", "gateway")
+SCENARIOS = (
+    "latency",
+    "phases",
+    "prefix",
+    "constraints",
+    "overhead",
+    "clients",
+    "gateway",
+    "interference",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
+    # SIGTERM (a CI job's timeout, `kill`) unwinds like Ctrl-C, so every server started is stopped.
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        print("interrupted: the servers this run started are stopped", file=sys.stderr)
+        return 130
+
+
+def _terminated(signum: int, frame: object) -> None:
+    del signum, frame
+    raise KeyboardInterrupt
+
+
+def _run(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[1])
     parser.add_argument("scenarios", nargs="*", help=f"any of {', '.join(SCENARIOS)} (default all)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"), help="results folder")

@@ -24,6 +24,7 @@ class Sample:
     gaps_ms: list[float] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)  # Server-Timing, then b3os.timing
     request_id: str | None = None
+    prompt_tokens: int = 0  # as the server's usage says
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -68,7 +69,7 @@ async def stream(
     started = time.perf_counter()
     first = last = None
     gaps: list[float] = []
-    tokens = events = 0
+    tokens = events = prompt_tokens = 0
     extension: dict[str, Any] = {}
     async with http.stream("POST", target.url(protocol), json={**body, "stream": True}) as response:
         if response.status_code != 200:
@@ -88,13 +89,15 @@ async def stream(
                     gaps.append((now - (last or now)) * 1000)
                 last = now
             tokens = _output_tokens(protocol, data) or tokens
+            prompt_tokens = _prompt_tokens(data) or prompt_tokens
             # The Responses API's b3os rides on its last event's response.
             extension = data.get("b3os") or (data.get("response") or {}).get("b3os") or extension
     ended = time.perf_counter()
     for name, value in (extension.get("timing") or {}).items():
         phases[f"b3os.{name}"] = value
     ttft = ((first or ended) - started) * 1000
-    return Sample(ttft, (ended - started) * 1000, tokens, events, gaps, phases, request_id)
+    e2e = (ended - started) * 1000
+    return Sample(ttft, e2e, tokens, events, gaps, phases, request_id, prompt_tokens)
 
 
 async def load(
@@ -133,6 +136,19 @@ def _is_token_event(protocol: str, data: dict[str, Any]) -> bool:
     choices = data.get("choices") or []
     delta = choices[0].get("delta", {}) if choices else {}
     return bool(delta.get("content") or delta.get("tool_calls") or delta.get("reasoning_content"))
+
+
+def _prompt_tokens(data: dict[str, Any]) -> int | None:
+    """From any protocol's usage: chat's last chunk, message_start, response.completed."""
+    usage = (
+        data.get("usage")
+        or (data.get("message") or {}).get("usage")
+        or (data.get("response") or {}).get("usage")
+    )
+    if not usage:
+        return None
+    value = usage.get("prompt_tokens") or usage.get("input_tokens")
+    return int(value) if value else None
 
 
 def _output_tokens(protocol: str, data: dict[str, Any]) -> int | None:

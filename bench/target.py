@@ -5,6 +5,7 @@ this server has both under /v1/infer; another server (SGLang's own) under its Op
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -19,6 +20,14 @@ from pathlib import Path
 import httpx
 
 STARTUP_TIMEOUT_S = 600.0
+PR_SET_PDEATHSIG = 1
+
+
+def _stop_with_parent() -> None:
+    """A bench that dies, however it dies (SIGKILL included), leaves no server behind: the server
+    gets SIGTERM when its parent goes (Linux), and stops its engine as on any SIGTERM."""
+    if sys.platform == "linux":
+        ctypes.CDLL("libc.so.6").prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass(frozen=True)
@@ -68,7 +77,12 @@ def started(name: str, log: Path, *args: str, command: str = "serve") -> Iterato
     argv = [sys.executable, "-m", "server", command, "--port", str(port), *args]
     with log.open("wb") as out:
         process = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, env=os.environ, start_new_session=True
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=os.environ,
+            preexec_fn=_stop_with_parent,
+            start_new_session=True,  # a terminal's Ctrl-C reaches the bench, which stops it
         )
     origin = f"http://127.0.0.1:{port}"
     ours = command == "serve"
