@@ -29,7 +29,7 @@ class Batch:
 
 
 def scheduler(running: int = 0, waiting: int = 0) -> Any:
-    batch = SimpleNamespace(is_empty=lambda: running == 0)
+    batch = SimpleNamespace(reqs=[object()] * running)
     return SimpleNamespace(
         running_batch=batch, waiting_queue=[object()] * waiting, chunked_prefill_size=4096
     )
@@ -57,8 +57,25 @@ def test_chunks_shrink_while_others_wait_on_the_cpu() -> None:
     beside_a_stream = ChunkClock(scheduler(running=1), SMOLLM2, 80 * GFLOPS).predict(2_000)
     before_a_first_token = ChunkClock(scheduler(waiting=1), SMOLLM2, 80 * GFLOPS).predict(2_000)
     assert before_a_first_token < beside_a_stream < alone
-    assert SMOLLM2.flops(beside_a_stream, 2_000) <= 80 * GFLOPS * STREAMING_S
+    assert SMOLLM2.flops(beside_a_stream - 1, 2_000) <= 80 * GFLOPS * STREAMING_S
     assert SMOLLM2.flops(before_a_first_token, 2_000) <= 80 * GFLOPS * WAITING_S
+
+
+def test_each_running_stream_gets_its_token_of_the_budget() -> None:
+    """SGLang's mixed chunk takes one token of the budget per running stream: 59 streams and a
+    late chunk of a long prompt must still leave the chunk a positive length."""
+    owner = scheduler(running=59)
+    clock = ChunkClock(owner, SMOLLM2, 20 * GFLOPS)
+    assert clock.predict(7_000) >= 59 + MIN_CHUNK
+    assert owner.chunked_prefill_size >= 59 + MIN_CHUNK
+
+
+def test_a_decode_step_resizes_the_next_prompts_first_chunk() -> None:
+    owner = scheduler()
+    clock = ChunkClock(owner, SMOLLM2, 80 * GFLOPS)
+    alone = owner.chunked_prefill_size
+    clock.decoding(30)
+    assert owner.chunked_prefill_size == alone + 30
 
 
 def test_streams_riding_in_the_last_chunk_count_as_company() -> None:
@@ -66,7 +83,7 @@ def test_streams_riding_in_the_last_chunk_count_as_company() -> None:
     clock = ChunkClock(scheduler(), SMOLLM2, 80 * GFLOPS)
     alone = clock.predict(2_000)
     clock.observe(Batch((200, 1_800), (1, 40)), SMOLLM2.flops(200, 1_800) / (80 * GFLOPS))
-    assert clock.predict(2_000) < alone
+    assert clock.predict(2_000) - 1 < alone
     clock.observe(Batch((200, 2_000)), SMOLLM2.flops(200, 2_000) / (80 * GFLOPS))
     assert clock.predict(2_000) == alone
 

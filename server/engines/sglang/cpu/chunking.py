@@ -83,12 +83,15 @@ class ChunkClock:
         self._scheduler = scheduler
         self.cost = cost
         self.rate = rate  # FLOP/s
-        self._streams = False  # the last prefill forward carried running streams' next tokens
+        self._stream_rows = 0  # running streams' next tokens in the last prefill forward
         self._resize_first_chunks()
 
     def predict(self, history_len: int) -> int:
-        """The next chunk of a prompt whose first `history_len` tokens are computed."""
-        return self.tokens(self._budget(), history_len)
+        """The token budget of the next forward, for the chunk of a prompt whose first
+        `history_len` tokens are computed. Mixed with a chunk, each running stream takes one
+        token of it (SGLang's PrefillAdder), so they come on top: a budget below them would
+        leave the chunk a negative length."""
+        return self.tokens(self._budget(), history_len) + self._streams()
 
     def tokens(self, seconds: float, history: int) -> int:
         within = self.cost.tokens_within(self.rate * seconds, history)
@@ -99,24 +102,30 @@ class ChunkClock:
         rows = list(zip(batch.extend_lens or (), batch.prefix_lens or (), strict=False))
         # Mixed with a chunk, each running stream is a row of one new token. (The scheduler's
         # own running batch is empty while they ride in the chunk's forward.)
-        self._streams = any(new == 1 for new, _ in rows)
+        self._stream_rows = sum(new == 1 for new, _ in rows)
         if sum(new for new, _ in rows) < MIN_TIMED_TOKENS or seconds <= 0:
             return
         flops = sum(self.cost.flops(new, prefix) for new, prefix in rows)
         self.rate += SMOOTHING * (flops / seconds - self.rate)
         self._resize_first_chunks()
 
+    def decoding(self, streams: int) -> None:
+        """A decode step of `streams` requests is about to run."""
+        self._stream_rows = streams
+        self._resize_first_chunks()
+
     def _resize_first_chunks(self) -> None:
         # A prompt's first chunk is SGLang's static size: the streaming budget at its start.
-        self._scheduler.chunked_prefill_size = self.tokens(STREAMING_S, 0)
+        self._scheduler.chunked_prefill_size = self.tokens(STREAMING_S, 0) + self._streams()
+
+    def _streams(self) -> int:
+        running = self._scheduler.running_batch
+        return max(self._stream_rows, 0 if running is None else len(running.reqs))
 
     def _budget(self) -> float:
         if self._scheduler.waiting_queue:
             return WAITING_S
-        running = self._scheduler.running_batch
-        if self._streams or not (running is None or running.is_empty()):
-            return STREAMING_S
-        return ALONE_S
+        return STREAMING_S if self._streams() else ALONE_S
 
 
 def model_cost(model: torch.nn.Module) -> ChunkCost:
@@ -178,11 +187,14 @@ def clocked_chunks(original: Callable[[Any], None]) -> Callable[[Any], None]:
 
 def timed_forwards(original: Callable[..., Any]) -> Callable[..., Any]:
     """The replacement for the scheduler's `run_batch`: prefill forwards are timed for the
-    chunk clock (on a CPU the forward runs within the call)."""
+    chunk clock (on a CPU the forward runs within the call), decode steps counted."""
 
     def run_batch(self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
         clock = getattr(self, "dynamic_chunk_sizer", None)
-        if not isinstance(clock, ChunkClock) or not batch.forward_mode.is_extend():
+        if not isinstance(clock, ChunkClock):
+            return original(self, batch, *args, **kwargs)
+        if not batch.forward_mode.is_extend():
+            clock.decoding(batch.batch_size())
             return original(self, batch, *args, **kwargs)
         started = time.perf_counter()
         result = original(self, batch, *args, **kwargs)
