@@ -41,6 +41,12 @@ requests_per_minute = 3
 [orgs.tpm]
 tokens_per_minute = 1000
 
+[orgs.tpm-again]
+tokens_per_minute = 1000
+
+[orgs.tpm-third]
+tokens_per_minute = 1000
+
 [orgs.busy]
 requests_in_flight = 4
 """
@@ -97,6 +103,8 @@ def node(
         "other": create_key(db, "other"),
         "rpm": create_key(db, "rpm"),
         "tpm": create_key(db, "tpm"),
+        "tpm-again": create_key(db, "tpm-again"),
+        "tpm-third": create_key(db, "tpm-third"),
         "busy": create_key(db, "busy"),
         "capped": create_key(db, "capped", "infer:run", "--spend-cap-tokens", "60"),
         "crash": create_key(db, "crash"),
@@ -230,8 +238,10 @@ def test_tokens_per_minute_are_settled_with_the_real_counts(node: Node) -> None:
         "json_schema": {"name": "a", "schema": {"type": "string", "enum": ["yes"]}},
     }
     short = chat_body(max_tokens=900, response_format=answer_format)
-    for _ in range(3):  # within one rate window: again in the next if the minute turns
-        with node.client(node.keys["tpm"]) as client:
+    # All three within one rate window; where the minute turns, again with an organization whose
+    # windows are all empty (what came after the turn counts in the new window).
+    for org in ("tpm", "tpm-again", "tpm-third"):
+        with node.client(node.keys[org]) as client:
             first = client.post("/v1/infer/chat/completions", json=short)
             assert first.status_code == 200, first.text
             used = first.json()["usage"]["total_tokens"]

@@ -156,19 +156,17 @@ def _image(fields: Fields) -> Image:
 def _reasoning(fields: Fields) -> str:
     """An earlier answer's reasoning: its summaries' text, or its reasoning text where a client
     sends that. `encrypted_content` is accepted; this node does not encrypt reasoning."""
-    texts = []
-    for path, item in fields.items("summary"):
-        summary = Fields(item, path)
-        summary.choice("type", ("summary_text",), required=True)
-        texts.append(summary.string("text", required=True))
-        summary.done()
-    if not texts:
-        for path, item in fields.items("content"):
-            content = Fields(item, path)
-            content.choice("type", ("reasoning_text",), required=True)
-            texts.append(content.string("text", required=True))
-            content.done()
-    else:
-        fields.array("content")
+    texts = _text_parts(fields, "summary", "summary_text")
+    reasoning = _text_parts(fields, "content", "reasoning_text")  # checked even when unused
     fields.string("encrypted_content")
-    return "\n\n".join(texts)
+    return "\n\n".join(texts or reasoning)
+
+
+def _text_parts(fields: Fields, member: str, kind: str) -> list[str]:
+    texts = []
+    for path, item in fields.items(member):
+        part = Fields(item, path)
+        part.choice("type", (kind,), required=True)
+        texts.append(part.string("text", required=True))
+        part.done()
+    return texts
