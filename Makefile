@@ -12,10 +12,12 @@ CLIENTS := $(NODE)/node_modules/.installed
 AGENTS := tests/agents
 AGENTS_VENV := $(AGENTS)/.venv
 AGENTS_SDK := $(AGENTS_VENV)/.installed
+LLAMACPP := bench/llamacpp
+LLAMACPP_INSTALLED := $(LLAMACPP)/node_modules/.installed
 PIN    := -c requirements/constraints.txt
 ARGS   ?=
 
-.PHONY: install serve test lint bench clean
+.PHONY: install serve test lint bench-clients clean
 
 install: $(STAMP)
 
@@ -55,6 +57,14 @@ $(AGENTS_SDK): $(AGENTS)/requirements.txt
 		|| { echo "the Agents SDK's environment does not import; see above"; exit 1; }
 	@touch $(AGENTS_SDK)
 
+# llama.cpp (prebuilt in node-llama-cpp) for `python -m bench prefill`, beside the node's figures.
+bench-clients: install $(LLAMACPP_INSTALLED)
+
+$(LLAMACPP_INSTALLED): $(LLAMACPP)/package.json $(LLAMACPP)/package-lock.json
+	@echo "==> llama.cpp for the bench (npm: node-llama-cpp, prebuilt; no build)"
+	cd $(LLAMACPP) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $(LLAMACPP_INSTALLED)
+
 serve: install
 	$(BIN)/b3os-infer serve $(ARGS)
 
@@ -68,4 +78,5 @@ test: install lint $(CLIENTS) $(AGENTS_SDK)
 	$(BIN)/python -m pytest $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(NODE)/node_modules $(AGENTS_VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(NODE)/node_modules $(LLAMACPP)/node_modules $(AGENTS_VENV) .pytest_cache \
+		.ruff_cache .mypy_cache

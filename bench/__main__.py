@@ -34,6 +34,7 @@ SCENARIOS = (
     "clients",
     "gateway",
     "interference",
+    "prefill",
 )
 
 

@@ -1,12 +1,12 @@
 """Fixtures shared by the suite: one real server (real SGLang, real model) per engine per test
-session. Every test of the server runs against each: `sglang` in-process; `sglang-remote` talking
-to SGLang's own HTTP server (`b3os-infer sglang-server`) on the same model; and `sglang-router`,
-the remote engine behind sglang-router in front of two such servers (tests/topology.py). Tests
-marked `front_only` reach nothing past the request decoders and run once; those marked
-`remote_only` are about the remote engine on one server, `router_only` about it behind a
-router. Those marked `heavy` (grammars, thinking budgets, sampling sweeps: long generations)
-run in-process and through the router, not a third time on the plain server, which runs the
-same engine code the router variant covers."""
+session. A test of the server runs against the in-process engine (`sglang`). Those marked
+`every_engine` (what crosses the engine interface: streams, stops, constraints, logprobs,
+aborts, the context window) run through `sglang-router` too: the remote engine behind
+sglang-router in front of two SGLang servers (tests/topology.py), which runs every line of the
+remote engine that one server would. Those marked `remote_only` run against the remote engine on
+SGLang's own HTTP server (`b3os-infer sglang-server`), those marked `router_only` through the
+router only. `not_router` takes an `every_engine` test off the router (what sglang-router does
+not carry to its workers: tests/api/test_router.py shows the node refusing it there)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,12 @@ from tests.topology import RouterTopology, running_topology
 ENGINES = tuple(
     os.environ.get("B3OS_TEST_ENGINES", "sglang,sglang-remote,sglang-router").split(",")
 )
-# Where each marker's tests run; unmarked tests run on every engine.
-ONLY = {"front_only": "sglang", "remote_only": "sglang-remote", "router_only": "sglang-router"}
+# The engines a test of each marker runs on; unmarked tests run in-process only.
+PLACES = {
+    "every_engine": ("sglang", "sglang-router"),
+    "remote_only": ("sglang-remote",),
+    "router_only": ("sglang-router",),
+}
 # Flags for the session's servers beyond the defaults (the embedded model on this machine's
 # device): `python -m bench.gpu_check` runs the suite on a GPU with "--model ... --device cuda".
 MODEL_ARGS = tuple(shlex.split(os.environ.get("B3OS_TEST_MODEL_ARGS", "")))
@@ -35,13 +39,10 @@ MODEL_ARGS = tuple(shlex.split(os.environ.get("B3OS_TEST_MODEL_ARGS", "")))
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "front_only: reaches no engine, so runs against the in-process one only"
+        "markers", "every_engine: crosses the engine interface: in-process and through the router"
     )
     config.addinivalue_line("markers", "remote_only: about the sglang-remote engine only")
     config.addinivalue_line("markers", "router_only: about the remote engine behind a router")
-    config.addinivalue_line(
-        "markers", "heavy: long generations, run in-process and through the router only"
-    )
     config.addinivalue_line(
         "markers",
         "not_router: what sglang-router does not carry to its workers (test_router.py shows "
@@ -49,20 +50,22 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def places(item: pytest.Item) -> tuple[str, ...]:
+    """The engines `item` runs on."""
+    if item.get_closest_marker("not_router") is not None:
+        return ("sglang",)
+    for marker, engines in PLACES.items():
+        if item.get_closest_marker(marker) is not None:
+            return engines
+    return ("sglang",)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     def redundant(item: pytest.Item) -> bool:
         callspec = getattr(item, "callspec", None)
         if callspec is None or "engine" not in callspec.params:
             return False
-        engine = callspec.params["engine"]
-        if item.get_closest_marker("not_router") is not None and engine == "sglang-router":
-            return True
-        if item.get_closest_marker("heavy") is not None and engine == "sglang-remote":
-            return True
-        return any(
-            item.get_closest_marker(marker) is not None and engine != only
-            for marker, only in ONLY.items()
-        )
+        return callspec.params["engine"] not in places(item)
 
     dropped = [item for item in items if redundant(item)]
     if dropped:

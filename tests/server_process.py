@@ -40,9 +40,15 @@ def free_port() -> int:
 
 class ServerProcess:
     def __init__(
-        self, log_path: Path, *args: str, scheme: str = "http", command: str = "serve"
+        self,
+        log_path: Path,
+        *args: str,
+        scheme: str = "http",
+        command: str = "serve",
+        env: dict[str, str] | None = None,
     ) -> None:
         self.port = free_port()
+        self.env = env or {}
         self.scheme = scheme
         self.log_path = log_path
         self.command = command
@@ -65,7 +71,7 @@ class ServerProcess:
             [sys.executable, "-m", "server", self.command, *self.args],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
             preexec_fn=_stop_with_parent,
             start_new_session=True,
         )

@@ -17,6 +17,9 @@ from tests.server_process import STARTUP_TIMEOUT_S, ServerProcess, free_port
 
 WORKER_CONTEXT = 4096
 WORKER_ARGS = ("--context-length", str(WORKER_CONTEXT), "--max-total-tokens", "8192")
+# One compute thread each: two workers of two threads on two cores spin against each other
+# (OpenMP's busy waits), several times slower than one thread each.
+WORKER_ENV = {"OMP_NUM_THREADS": "1"}
 # The README's router flags (see its scale-out section for why each).
 ROUTER_FLAGS = (
     "--policy", "cache_aware",
@@ -42,7 +45,13 @@ class RouterTopology:
 
 
 def worker(folder: Path, name: str, *model_args: str) -> ServerProcess:
-    return ServerProcess(folder / f"{name}.log", *WORKER_ARGS, *model_args, command="sglang-server")
+    return ServerProcess(
+        folder / f"{name}.log",
+        *WORKER_ARGS,
+        *model_args,
+        command="sglang-server",
+        env=WORKER_ENV,
+    )
 
 
 def router(folder: Path, workers: tuple[ServerProcess, ...]) -> ServerProcess:

@@ -2,7 +2,7 @@
 (never seen) and of a warm one (the same prompt with a new last question, its prefix in the
 cache), beside what this machine can do (its fp32 GEMM rate and memory bandwidth, measured in
 the same run) and llama.cpp on the same GGUF (node-llama-cpp, `bench/llamacpp/`), one request at
-a time on an idle server."""
+a time on an idle server; with --compare-url or --compare-sglang, SGLang's own server too."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def prompt_flops(tokens: int) -> float:
     return tokens * LINEAR_FLOPS + ATTENTION_FLOPS * tokens * (tokens + 1) / 2
 
 
-async def _ours(target: Target, lengths: tuple[int, ...], tag: str) -> list[dict[str, Any]]:
+async def _measure(target: Target, lengths: tuple[int, ...], tag: str) -> list[dict[str, Any]]:
     found = []
     async with client() as http:
         for length in lengths:
@@ -53,8 +53,9 @@ async def _ours(target: Target, lengths: tuple[int, ...], tag: str) -> list[dict
                 prompts.body("chat", target.model, text + " And one more thing?", 1),
             )
             found.append({"cold": cold, "warm": warm})
-        body = prompts.body("chat", target.model, "Count from one to one hundred.", DECODE_TOKENS)
-        body["ignore_eos"] = True
+        # Greedy decoding goes on repeating the answer's start: all DECODE_TOKENS come.
+        body = prompts.body("chat", target.model, "Write the word dog fifty times.", DECODE_TOKENS)
+        body["messages"].append({"role": "assistant", "content": "dog dog dog dog dog dog"})
         decode = await stream(http, target, "chat", body)
     return [*found, {"decode": decode}]
 
@@ -87,29 +88,32 @@ def run(run: Run) -> list[Row]:
             {"GEMM GFLOP/s": measured.gemm_gflops, "memory GB/s": measured.memory_gb_s},
         )
     ]
-    results = asyncio.run(_ours(run.ours, lengths, f"Run {run.folder.name}"))
-    for length, result in zip(lengths, results, strict=False):
-        cold, warm = result["cold"], result["warm"]
-        seconds = cold.ttft_ms / 1000
-        rows.append(
-            Row(
-                NAME,
-                f"{run.ours.name}, {length} tokens",
-                {
-                    "prompt tokens": cold.prompt_tokens,
-                    "cold TTFT s": seconds,
-                    "cold tok/s": cold.prompt_tokens / seconds,
-                    "GEMM share": prompt_flops(cold.prompt_tokens)
-                    / seconds
-                    / 1e9
-                    / measured.gemm_gflops,
-                    "warm TTFT s": warm.ttft_ms / 1000,
-                    "warm tok/s": warm.prompt_tokens / (warm.ttft_ms / 1000),
-                },
+    targets = [run.ours] + ([run.compare] if run.compare else [])
+    for index, target in enumerate(targets):
+        tag = f"Run {run.folder.name}, server {index}"
+        results = asyncio.run(_measure(target, lengths, tag))
+        for length, result in zip(lengths, results, strict=False):
+            cold, warm = result["cold"], result["warm"]
+            seconds = cold.ttft_ms / 1000
+            rows.append(
+                Row(
+                    NAME,
+                    f"{target.name}, {length} tokens",
+                    {
+                        "prompt tokens": cold.prompt_tokens,
+                        "cold TTFT s": seconds,
+                        "cold tok/s": cold.prompt_tokens / seconds,
+                        "GEMM share": prompt_flops(cold.prompt_tokens)
+                        / seconds
+                        / 1e9
+                        / measured.gemm_gflops,
+                        "warm TTFT s": warm.ttft_ms / 1000,
+                        "warm tok/s": warm.prompt_tokens / (warm.ttft_ms / 1000),
+                    },
+                )
             )
-        )
-    decode = results[-1]["decode"]
-    rows.append(Row(NAME, f"{run.ours.name}, decode", {"decode tok/s": decode.tokens_per_s}))
+        decode = results[-1]["decode"]
+        rows.append(Row(NAME, f"{target.name}, decode", {"decode tok/s": decode.tokens_per_s}))
     llama = _llamacpp(lengths)
     if llama is not None:
         for entry in llama["prefill"]:

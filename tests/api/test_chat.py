@@ -37,6 +37,7 @@ def test_sdk_creates_a_completion(openai_client: openai.OpenAI, model: str) -> N
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
 
 
+@pytest.mark.every_engine
 def test_sdk_stream_with_usage(openai_client: openai.OpenAI, model: str) -> None:
     stream = openai_client.chat.completions.create(
         model=model,
@@ -83,6 +84,7 @@ def test_raw_stream_without_usage(http: httpx.Client, model: str) -> None:
     assert_b3os(chunks[-1]["b3os"], streamed=True)
 
 
+@pytest.mark.every_engine
 def test_length_finish(openai_client: openai.OpenAI, model: str) -> None:
     completion = openai_client.chat.completions.create(
         model=model, max_tokens=50, max_completion_tokens=3, temperature=0, messages=COUNTING
@@ -91,6 +93,7 @@ def test_length_finish(openai_client: openai.OpenAI, model: str) -> None:
     assert completion.usage is not None and completion.usage.completion_tokens == 3
 
 
+@pytest.mark.every_engine
 def test_stop_string_finishes_with_stop_and_is_left_out(
     openai_client: openai.OpenAI, model: str
 ) -> None:
@@ -102,6 +105,7 @@ def test_stop_string_finishes_with_stop_and_is_left_out(
     assert "," not in (choice.message.content or "")
 
 
+@pytest.mark.every_engine
 def test_prefix_cache_reports_cached_tokens(http: httpx.Client, model: str) -> None:
     system = {"role": "system", "content": "You answer in one word. " * 40}
     body = chat_body(model, max_tokens=1, messages=[system, *HELLO])

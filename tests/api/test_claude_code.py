@@ -25,7 +25,7 @@ pytestmark = pytest.mark.remote_only  # a front of its own on the session's SGLa
 
 VERSIONS = ("2.1.197", "2.1.332")  # tests/node/package.json
 TOO_LONG = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum")
-MAX_OUTPUT = 256
+MAX_OUTPUT = 64  # a one-word reply; a cut turn is retried by the CLI, each retry this long
 MAX_TOKENS_VERDICT = (
     f"API Error: Claude's response exceeded the {MAX_OUTPUT} output token maximum. To configure"
     " this behavior, set the CLAUDE_CODE_MAX_OUTPUT_TOKENS environment variable."

@@ -1,92 +1,23 @@
-"""A second real server, started with settings the session server does not use: TLS (HTTP/2 or
-HTTP/1.1 chosen by ALPN), the model given as a folder with its own served name, and
-`--system-in-messages keep`. Also what it answers while its engine is still starting."""
+"""A second real server, started with settings the session server does not use
+(tests/api/conftest.py): TLS (HTTP/2 or HTTP/1.1 chosen by ALPN), the model given as a folder
+with its own served name, and `--system-in-messages keep`. Also what it answers while its engine
+is still starting."""
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import Iterator
-from dataclasses import dataclass
 
 import anthropic
 import httpx
 import httpx2
 import openai
 import pytest
-import trustme
 
-from server.config import default_cache_dir
-from server.models.embedded import ensure_converted
+from tests.api.conftest import Starting
 from tests.api.conventions import assert_ids
 from tests.server_process import ServerProcess
 
 HELLO = [{"role": "user", "content": "Say hello."}]
-SERVED_NAME = "tests/smollm2-from-a-folder"
-STARTING_BODY = {"model": SERVED_NAME, "max_tokens": 4, "messages": HELLO}
-
-
-@pytest.fixture(scope="module")
-def ca() -> trustme.CA:
-    return trustme.CA()
-
-
-@pytest.fixture(scope="module")
-def trust(ca: trustme.CA) -> ssl.SSLContext:
-    context = ssl.create_default_context()
-    ca.configure_trust(context)
-    return context
-
-
-@dataclass
-class Starting:
-    """What the server answered before its engine was ready."""
-
-    infer: httpx.Response | None = None
-    ready: httpx.Response | None = None
-
-
-@pytest.fixture(scope="module")
-def starting() -> Starting:
-    return Starting()
-
-
-@pytest.fixture(scope="module")
-def tls_server(
-    starting: Starting,
-    tmp_path_factory: pytest.TempPathFactory,
-    ca: trustme.CA,
-    trust: ssl.SSLContext,
-) -> Iterator[ServerProcess]:
-    folder = tmp_path_factory.mktemp("tls-server")
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    cert.cert_chain_pems[0].write_to_path(str(folder / "cert.pem"))
-    cert.private_key_pem.write_to_path(str(folder / "key.pem"))
-    model_folder = ensure_converted(default_cache_dir())
-    process = ServerProcess(
-        folder / "server.log",
-        *("--certfile", str(folder / "cert.pem"), "--keyfile", str(folder / "key.pem")),
-        *("--model", str(model_folder), "--served-model-name", SERVED_NAME),
-        *("--system-in-messages", "keep"),
-        scheme="https",
-    )
-    process.start()
-    try:
-        process.wait_listening(verify=trust)
-        with httpx.Client(base_url=process.origin, verify=trust, timeout=30) as client:
-            starting.infer = client.post("/v1/infer/chat/completions", json=STARTING_BODY)
-            starting.ready = client.get("/readyz")
-        process.wait_ready(verify=trust)
-        yield process
-    finally:
-        process.stop()
-
-
-@pytest.fixture(scope="module")
-def tls_model(tls_server: ServerProcess, trust: ssl.SSLContext) -> str:
-    with httpx.Client(verify=trust, timeout=120) as client:
-        [card] = client.get(f"{tls_server.base_url}/models").json()["data"]
-    assert card["id"] == SERVED_NAME
-    return str(card["id"])
 
 
 def test_alpn_chooses_http2(

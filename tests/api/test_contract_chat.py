@@ -410,7 +410,7 @@ ACCEPTED = [
         ),
         id="runtime sampling extensions",
     ),
-    pytest.param(chat_body(logit_bias={"42": -5}), id="logit_bias", marks=pytest.mark.not_router),
+    pytest.param(chat_body(logit_bias={"42": -5}), id="logit_bias"),
     pytest.param(
         chat_body(
             temperature=None,

@@ -13,8 +13,6 @@ import pytest
 
 from tests.api.contract import MODEL
 
-pytestmark = pytest.mark.front_only
-
 LIMIT = 10 * 1024 * 1024
 ROUTES = ["/v1/infer/v1/messages", "/v1/infer/chat/completions"]
 

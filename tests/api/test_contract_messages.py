@@ -389,6 +389,7 @@ def test_the_sdk_maps_each_refusal_by_status(
     assert raised.value.status_code == case.status
 
 
+@pytest.mark.every_engine
 def test_context_length_message_gives_both_counts(http: httpx.Client) -> None:
     body = messages_body(messages=[{"role": "user", "content": "hello " * 9000}])
     message = http.post("/v1/infer/v1/messages", json=body).json()["error"]["message"]

@@ -24,6 +24,7 @@ from tests.server_process import ServerProcess
 MAX_TOKENS = 2000  # far more than the client waits for: only an abort ends this answer early
 
 
+@pytest.mark.every_engine
 def test_disconnect_mid_stream_aborts_the_generation(
     server: Any, http: httpx.Client, model: str
 ) -> None:
@@ -63,6 +64,7 @@ def test_disconnect_mid_stream_aborts_the_generation(
     assert http.get(f"/v1/requests/{request_id}").json()["usage"]["completion_tokens"] == stopped_at
 
 
+@pytest.mark.every_engine
 def test_concurrent_streams_all_complete(server: Any, model: str) -> None:
     def one(index: int) -> tuple[str | None, int]:
         body = {

@@ -25,8 +25,6 @@ from server.node.metering import RESERVE_TOKENS
 from tests.api.sse import events
 from tests.server_process import ServerProcess
 
-pytestmark = pytest.mark.front_only  # its own servers, on the replay engine: run once
-
 MODEL = "b3os/smollm2-135m-instruct"
 BODY = {
     "model": MODEL,

@@ -1,4 +1,6 @@
-"""The in-process engine's supervisor, on a server of its own with the real SGLang engine:
+"""The in-process engine's supervisor, on the session's server with the real SGLang engine (the
+restart costs what a server of its own would cost to start, and every later test checks that
+the restarted runtime serves):
 SGLang's scheduler SIGKILLed under load (as an input-reachable assertion or the OOM killer would
 end it). The requests in flight end at once in their protocol's shape, never hang; the node says
 it is not ready, restarts the runtime by itself, counts the restart and serves again."""
@@ -8,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -24,11 +25,9 @@ from tests.server_process import ServerProcess
 LONG = {"model": MODEL, "max_tokens": 2000, "messages": COUNTING}  # only the kill ends these
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = ServerProcess(tmp_path_factory.mktemp("supervised") / "server.log")
-    with process.running():
-        yield process
+@pytest.fixture
+def node(server: ServerProcess) -> ServerProcess:
+    return server
 
 
 def scheduler(node: ServerProcess) -> psutil.Process:

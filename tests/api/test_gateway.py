@@ -27,8 +27,6 @@ from tests.api.test_tools import MAX_TOKENS, OPENAI_TOOLS, SCHEMAS
 from tests.scripted_upstream import USAGE, ScriptedUpstream
 from tests.server_process import ServerProcess, free_port
 
-pytestmark = pytest.mark.front_only  # the session's in-process server is the gateway
-
 CHAT = "/v1/infer/chat/completions"
 LOCAL = "front-model"  # what the front nodes serve themselves (the replay engine)
 GATEWAY_KEY = "gw-secret-key"

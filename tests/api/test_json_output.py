@@ -14,8 +14,6 @@ import pytest
 
 from tests.api.test_tools import ANTHROPIC_TOOLS, ASK, SCHEMAS
 
-pytestmark = pytest.mark.heavy  # in-process and through the router (tests/conftest.py)
-
 CITY = {
     "type": "object",
     "properties": {
@@ -77,6 +75,7 @@ def test_chat_json_object_answers_are_objects(openai_client: openai.OpenAI, mode
         assert (choice.message.content or "").lstrip().startswith("{")
 
 
+@pytest.mark.every_engine
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 def test_messages_output_format_answers_validate(
     anthropic_client: anthropic.Anthropic, model: str, stream: bool

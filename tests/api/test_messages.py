@@ -46,6 +46,7 @@ def test_sdk_stream_helpers(anthropic_client: anthropic.Anthropic, model: str) -
     assert 0 < final.usage.output_tokens <= 12
 
 
+@pytest.mark.every_engine
 def test_raw_stream_sends_anthropic_events_in_order(http: httpx.Client, model: str) -> None:
     body = messages_body(model, stream=True, max_tokens=10)
     with http.stream("POST", "/v1/infer/v1/messages", json=body) as response:
@@ -90,6 +91,7 @@ def test_stop_sequence_is_reported_and_left_out_of_the_text(
     assert "," not in "".join(b.text for b in message.content if b.type == "text")
 
 
+@pytest.mark.every_engine
 def test_stop_sequence_in_a_stream(anthropic_client: anthropic.Anthropic, model: str) -> None:
     with anthropic_client.messages.stream(
         model=model, max_tokens=20, extra_body=GREEDY, messages=COUNTING, stop_sequences=[","]
@@ -100,6 +102,7 @@ def test_stop_sequence_in_a_stream(anthropic_client: anthropic.Anthropic, model:
     assert "," not in streamed
 
 
+@pytest.mark.every_engine
 def test_trailing_assistant_turn_is_continued_not_repeated(
     anthropic_client: anthropic.Anthropic, model: str
 ) -> None:
@@ -143,6 +146,7 @@ def test_system_blocks_are_joined_with_blank_lines(
     assert as_blocks.input_tokens == as_string.input_tokens
 
 
+@pytest.mark.every_engine
 def test_count_tokens_is_the_prompt_the_message_renders(
     anthropic_client: anthropic.Anthropic, model: str
 ) -> None:

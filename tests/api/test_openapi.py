@@ -88,7 +88,7 @@ ERRORS: dict[str, list[InferError]] = {
 
 # Bounds of the schemathesis run: its coverage phase (each operation's edge cases, about 2,400
 # in all) and this many fuzzed cases per operation; deterministic, so a failure reproduces.
-FUZZED_PER_OPERATION = 200
+FUZZED_PER_OPERATION = 60
 CHECKS = [
     not_a_server_error,
     status_code_conformance,

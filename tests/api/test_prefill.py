@@ -6,8 +6,8 @@ interference`.)"""
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -92,28 +92,19 @@ def forward_alone(sglang: ServerProcess, tokens: int) -> float:
     return prefilled(sglang) - before - tokens
 
 
-@pytest.fixture(scope="module")
-def one_at_a_time(tmp_path_factory: pytest.TempPathFactory, engine: str) -> Iterator[ServerProcess]:
-    """A node whose runtime runs one request at a time and lets the next wait 1 s at most."""
-    del engine
-    folder = tmp_path_factory.mktemp("one-at-a-time")
-    args = ("--max-running-requests", "1", "--max-queue-wait", "1")
-    with ServerProcess(folder / "server.log", *args).running() as process:
-        yield process
-
-
-@pytest.mark.front_only
 def test_a_request_that_waits_past_the_bound_is_dropped_unstarted(
-    one_at_a_time: ServerProcess,
+    tls_server: ServerProcess, trust: ssl.SSLContext
 ) -> None:
-    with httpx.Client(base_url=one_at_a_time.origin, timeout=120) as http:
+    """On the node whose runtime runs one request at a time and lets the next wait 1 s at most
+    (tests/api/conftest.py)."""
+    with httpx.Client(base_url=tls_server.origin, verify=trust, timeout=120) as http:
         model = http.get("/v1/infer/models").json()["data"][0]["id"]
         running: dict[str, Any] = {}
         first_token = threading.Event()
 
         def answer_long() -> None:
             body = {"model": model, "max_tokens": 60, "temperature": 0, "stream": True}
-            with httpx.Client(base_url=one_at_a_time.origin, timeout=120) as client:
+            with httpx.Client(base_url=tls_server.origin, verify=trust, timeout=120) as client:
                 with client.stream("POST", "/v1/infer/chat/completions",
                                    json={**body, "messages": COUNTING}) as response:  # fmt: skip
                     first_token.set()  # the head comes with the first token
@@ -139,11 +130,12 @@ def test_a_request_that_waits_past_the_bound_is_dropped_unstarted(
     assert running["status"] == 200 and b"[DONE]" in running["body"]
 
 
-@pytest.mark.front_only
-def test_a_prefill_longer_than_the_bound_is_not_refused(one_at_a_time: ServerProcess) -> None:
-    """A prompt that takes longer than --max-queue-wait to prefill is answered: the bound counts
-    its wait in the queue, not its own prefill."""
-    with httpx.Client(base_url=one_at_a_time.origin, timeout=300) as http:
+def test_a_prefill_longer_than_the_bound_is_not_refused(
+    tls_server: ServerProcess, trust: ssl.SSLContext
+) -> None:
+    """A prompt that takes longer than --max-queue-wait (1 s here) to prefill is answered: the
+    bound counts its wait in the queue, not its own prefill."""
+    with httpx.Client(base_url=tls_server.origin, verify=trust, timeout=300) as http:
         model = http.get("/v1/infer/models").json()["data"][0]["id"]
         body = {
             "model": model,

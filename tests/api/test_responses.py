@@ -138,6 +138,7 @@ def stream_events(http: httpx.Client, payload: dict[str, Any]) -> list[tuple[str
         return list(events(response))
 
 
+@pytest.mark.every_engine
 def test_the_stream_as_openai_sends_it(http: httpx.Client, model: str) -> None:
     received = stream_events(http, body(model, max_output_tokens=12))
     names = [name for name, _ in received]
@@ -248,6 +249,7 @@ def test_a_required_tool_is_called_with_valid_arguments(
         jsonschema.validate(json.loads(call["arguments"]), SCHEMAS["get_weather"])
 
 
+@pytest.mark.every_engine
 def test_sdk_function_tool_round_trip(openai_client: openai.OpenAI, model: str) -> None:
     """The call, its output sent back as function_call_output with the whole input, then an
     answer: no state kept on the node."""
@@ -291,7 +293,6 @@ def test_async_client_streams(server: Any, model: str) -> None:
     assert types[-1] in ("response.completed", "response.incomplete")
 
 
-@pytest.mark.heavy
 def test_reasoning_comes_first_as_a_summary(http: httpx.Client, model: str) -> None:
     """reasoning.effort turns the thinking on: a reasoning item with its summary text first,
     its tokens counted in reasoning_tokens (all of the answer's, when max_output_tokens cuts

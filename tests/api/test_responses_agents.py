@@ -11,12 +11,8 @@ import json
 import subprocess
 from typing import Any
 
-import pytest
-
 from tests.conftest import repo_root
 from tests.server_process import ServerProcess
-
-pytestmark = pytest.mark.heavy
 
 
 def run_agent(server: ServerProcess, model: str) -> dict[str, Any]:

@@ -15,8 +15,6 @@ import pytest
 from tests.node_script import run_script
 from tests.server_process import ServerProcess
 
-pytestmark = pytest.mark.heavy  # tool calls and JSON under grammars: 64 tokens each
-
 ENDS = ("response.completed", "response.incomplete")
 WEATHER_SCHEMA = {
     "type": "object",

@@ -9,8 +9,6 @@ from typing import Any
 import httpx
 import pytest
 
-pytestmark = pytest.mark.front_only
-
 ROUTE = "/v1/infer/responses"
 STATELESS = "this node keeps no conversation state; send the whole conversation as input"
 UNSUPPORTED = ("unsupported_parameter", "invalid_request_error")

@@ -23,8 +23,6 @@ from server.models.embedded import ensure_converted
 from server.prompt import load_tokenizer
 from tests.api.sse import events
 
-pytestmark = pytest.mark.heavy  # in-process and through the router (tests/conftest.py)
-
 STORY = [{"role": "user", "content": "Tell me a short story about a cat."}]
 # A trailing assistant turn the model continues: greedy decoding goes on repeating it.
 REPEAT = [
@@ -67,6 +65,7 @@ def test_greedy_answers_repeat_exactly(
     assert first == second
 
 
+@pytest.mark.every_engine
 def test_a_seed_repeats_a_sampled_answer_and_others_differ(
     openai_client: openai.OpenAI, model: str
 ) -> None:
@@ -104,7 +103,6 @@ def first_token(response: Any) -> tuple[str, list[Any]]:
     return entry.token, entry.top_logprobs
 
 
-@pytest.mark.not_router
 def test_a_strongly_negative_logit_bias_removes_the_greedy_token(
     openai_client: openai.OpenAI, tokenizer_ids: Any, model: str
 ) -> None:
@@ -190,6 +188,7 @@ def test_logprobs_in_openais_shape(openai_client: openai.OpenAI, model: str) -> 
     assert plain.choices[0].logprobs is None
 
 
+@pytest.mark.every_engine
 def test_logprobs_streamed_per_chunk(openai_client: openai.OpenAI, model: str) -> None:
     stream = chat(openai_client, model, temperature=0, logprobs=True, top_logprobs=2, stream=True)
     content, entries = "", []

@@ -1,10 +1,11 @@
 """Extended thinking through the real server and both SDKs: reasoning comes first, its budget is a
 hard cap (counted with the model's own tokenizer), and what follows it under a grammar stays
-valid. Two requests here run a full 1,024-token budget; the rest keep max_tokens small."""
+valid. Two requests here run a full budget (256 tokens, at once); the rest keep max_tokens small."""
 
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anthropic
@@ -20,9 +21,7 @@ from tests.api.sse import events
 from tests.api.test_json_output import CITY
 from tests.api.test_tools import ANTHROPIC_TOOLS, ASK, SCHEMAS
 
-pytestmark = pytest.mark.heavy  # in-process and through the router (tests/conftest.py)
-
-BUDGET = 1024  # the contract's minimum
+MINIMAL_BUDGET = 256  # the Responses API's reasoning.effort "minimal"
 QUESTION = [{"role": "user", "content": "Is 391 prime?"}]
 
 
@@ -35,61 +34,67 @@ def count(tokenizer: Tokenizer, text: str) -> int:
     return len(tokenizer.encode(text, add_special_tokens=False))
 
 
-def test_the_budget_caps_the_reasoning_and_a_forced_call_follows(
-    http: httpx.Client, model: str, tokenizer: Tokenizer
-) -> None:
+def forced_call_after_the_budget(http: httpx.Client, model: str, tokenizer: Tokenizer) -> None:
     body = {
         "model": model,
-        "max_tokens": BUDGET + 160,
+        "input": ASK,
+        "max_output_tokens": MINIMAL_BUDGET + 120,
+        "temperature": 0,
+        "reasoning": {"effort": "minimal"},
+        "tools": [
+            {"type": "function", "name": "get_weather", "parameters": SCHEMAS["get_weather"]}
+        ],
+        "tool_choice": {"type": "function", "name": "get_weather"},
+        "parallel_tool_calls": False,
+    }
+    response = http.post("/v1/infer/responses", json=body).json()
+    kinds = [item["type"] for item in response["output"]]
+    assert kinds == ["reasoning", "function_call"], response
+    reasoning = "".join(part["text"] for part in response["output"][0]["summary"])
+    assert 0 < count(tokenizer, reasoning) <= MINIMAL_BUDGET
+    call = response["output"][1]
+    jsonschema.validate(json.loads(call["arguments"]), SCHEMAS[call["name"]])
+    assert response["status"] == "completed"
+
+
+def json_answer_after_the_budget(http: httpx.Client, model: str, tokenizer: Tokenizer) -> None:
+    body = {
+        "model": model,
+        "input": "Describe Lisbon as JSON.",
+        "max_output_tokens": MINIMAL_BUDGET + 120,
         "temperature": 0,
         "stream": True,
-        "thinking": {"type": "enabled", "budget_tokens": BUDGET},
-        "messages": ASK,
-        "tools": ANTHROPIC_TOOLS,
-        "tool_choice": {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+        "reasoning": {"effort": "minimal"},
+        "text": {"format": {"type": "json_schema", "name": "city", "schema": CITY}},
     }
-    with http.stream("POST", "/v1/infer/v1/messages", json=body) as response:
-        received = [data for name, data in events(response) if name != "ping"]
-    starts = [e["content_block"] for e in received if e["type"] == "content_block_start"]
-    assert [block["type"] for block in starts] == ["thinking", "tool_use"]
-    thinking = [e for e in received if e["type"] == "content_block_delta" and e["index"] == 0]
-    kinds = [e["delta"]["type"] for e in thinking]
-    assert set(kinds[:-1]) == {"thinking_delta"}
-    assert kinds[-1] == "signature_delta"  # last, before the block stops
-    assert thinking[-1]["delta"]["signature"]
-    reasoning = "".join(e["delta"]["thinking"] for e in thinking[:-1])
-    assert 0 < count(tokenizer, reasoning) <= BUDGET
-    fragments = [
-        e["delta"]["partial_json"]
-        for e in received
-        if e["type"] == "content_block_delta" and e["index"] == 1
-    ]
-    arguments = json.loads("".join(fragments))
-    jsonschema.validate(arguments, SCHEMAS[starts[1]["name"]])
-    assert received[-2]["delta"]["stop_reason"] == "tool_use"
+    with http.stream("POST", "/v1/infer/responses", json=body) as response:
+        received = list(events(response))
+    final = received[-1][1]["response"]
+    assert final["status"] == "completed", final
+    reasoning, message = final["output"]
+    assert reasoning["type"] == "reasoning" and message["type"] == "message"
+    thought = "".join(part["text"] for part in reasoning["summary"])
+    assert 0 < count(tokenizer, thought) <= MINIMAL_BUDGET
+    jsonschema.validate(json.loads(message["content"][0]["text"]), CITY)
 
 
-def test_the_budget_caps_the_reasoning_and_a_json_answer_follows(
-    anthropic_client: anthropic.Anthropic, model: str, tokenizer: Tokenizer
+def test_the_budget_caps_the_reasoning_and_a_forced_call_or_a_json_answer_follows(
+    http: httpx.Client, model: str, tokenizer: Tokenizer
 ) -> None:
-    message = anthropic_client.messages.create(
-        model=model,
-        max_tokens=BUDGET + 120,
-        thinking={"type": "enabled", "budget_tokens": BUDGET},
-        messages=[{"role": "user", "content": "Describe Lisbon as JSON."}],
-        output_config={"format": {"type": "json_schema", "schema": CITY}},
-        extra_body={"temperature": 0},
-    )
-    assert [block.type for block in message.content] == ["thinking", "text"]
-    thinking, answer = message.content
-    assert thinking.type == "thinking"
-    assert answer.type == "text"
-    assert thinking.signature
-    assert count(tokenizer, thinking.thinking) <= BUDGET
-    jsonschema.validate(json.loads(answer.text), CITY)
-    assert message.stop_reason == "end_turn"
+    """The grammar closes the reasoning when its budget is spent (the Responses API's minimal
+    effort: 256 tokens; Messages' budget_tokens, 1,024 at least, takes the same way), then
+    holds what follows to its own grammar. The two at once (the runtime decodes them together),
+    streamed and not."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = [
+            pool.submit(forced_call_after_the_budget, http, model, tokenizer),
+            pool.submit(json_answer_after_the_budget, http, model, tokenizer),
+        ]
+        for future in done:
+            future.result()
 
 
+@pytest.mark.every_engine
 def test_adaptive_reasons_first_bounded_by_max_tokens(
     anthropic_client: anthropic.Anthropic, model: str
 ) -> None:

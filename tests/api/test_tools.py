@@ -15,8 +15,6 @@ import pytest
 
 from tests.api.sse import events
 
-pytestmark = pytest.mark.heavy  # in-process and through the router (tests/conftest.py)
-
 WEATHER_SCHEMA = {
     "type": "object",
     "properties": {
@@ -54,7 +52,15 @@ OPENAI_TOOLS = [
 ]
 ASK = [{"role": "user", "content": "What is the weather in Eugene, Oregon? Use the tool."}]
 GREEDY = {"temperature": 0}
-MAX_TOKENS = 120
+MAX_TOKENS = 80  # a call here is about 30 tokens
+# Each tool_choice mode as JSON, and streamed where a call must come (the streamed shape of
+# calls, and of text, is checked on its own below and in test_chat/test_messages).
+WAYS = {
+    "anthropic": [("auto", False), ("any", False), ("any", True), ("named", True), ("none", False)],
+    "openai": [
+        ("auto", False), ("required", False), ("required", True), ("named", True), ("none", False)
+    ],
+}  # fmt: skip
 
 
 def assert_valid_call(name: str, arguments: dict[str, Any]) -> None:
@@ -86,8 +92,7 @@ CHOICES = {
 }
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
-@pytest.mark.parametrize("choice", list(CHOICES))
+@pytest.mark.parametrize(("choice", "stream"), WAYS["anthropic"])
 def test_anthropic_tool_choice(
     anthropic_client: anthropic.Anthropic, model: str, choice: str, stream: bool
 ) -> None:
@@ -119,8 +124,7 @@ def test_anthropic_tool_choice(
     assert_calls(calls, message.stop_reason or "", "max_tokens")
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
-@pytest.mark.parametrize("choice", ["any", "named"])
+@pytest.mark.parametrize(("choice", "stream"), [("any", False), ("named", True)])
 def test_anthropic_one_call_when_parallel_calls_are_off(
     anthropic_client: anthropic.Anthropic, model: str, choice: str, stream: bool
 ) -> None:
@@ -143,6 +147,7 @@ def test_anthropic_one_call_when_parallel_calls_are_off(
     assert_valid_call(*calls[0])
 
 
+@pytest.mark.every_engine
 def test_anthropic_streamed_fragments_concatenate_to_the_input(
     http: httpx.Client, model: str
 ) -> None:
@@ -261,8 +266,7 @@ def openai_calls(message: Any) -> list[tuple[str, dict[str, Any]]]:
     return parsed
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
-@pytest.mark.parametrize("choice", list(OPENAI_CHOICES))
+@pytest.mark.parametrize(("choice", "stream"), WAYS["openai"])
 def test_openai_tool_choice(
     openai_client: openai.OpenAI, model: str, choice: str, stream: bool
 ) -> None:
@@ -319,6 +323,7 @@ def test_openai_one_call_when_parallel_calls_are_off(
     assert_valid_call(*calls[0])
 
 
+@pytest.mark.every_engine
 def test_openai_streamed_tool_call_deltas(http: httpx.Client, model: str) -> None:
     body = {
         "model": model,

@@ -52,6 +52,7 @@ def test_http2_prior_knowledge_streams(http2: httpx.Client, model: str) -> None:
     assert data[-1] == "[DONE]"
 
 
+@pytest.mark.every_engine
 def test_models_lists_the_served_model(http: httpx.Client) -> None:
     response = http.get("/v1/infer/models")
     assert response.status_code == 200
@@ -69,6 +70,7 @@ def test_models_lists_the_served_model(http: httpx.Client) -> None:
     assert card["protocols"] == ["messages", "chat.completions", "responses"]
 
 
+@pytest.mark.every_engine
 def test_health_and_readiness(http: httpx.Client) -> None:
     assert http.get("/healthz").json() == {"status": "ok"}
     ready = http.get("/readyz")
@@ -125,6 +127,7 @@ def test_openapi_document_covers_every_route(http: httpx.Client) -> None:
         Draft202012Validator.check_schema(schema["schema"])
 
 
+@pytest.mark.every_engine
 def test_metrics_read_the_engines_load(http: httpx.Client, model: str) -> None:
     http.post(
         "/v1/infer/chat/completions",
@@ -187,7 +190,6 @@ class H2Conversation:
             self.flush()
 
 
-@pytest.mark.front_only
 def test_http2_early_refusal_costs_only_its_stream(server: ServerProcess, model: str) -> None:
     """A body refused from its Content-Length while the client still sends it: the 413 on its
     stream, which the server then resets with NO_ERROR (RFC 9113 section 8.1), and the client's

@@ -22,10 +22,10 @@ from server.protocols.responses.decode import decode_responses
 from server.protocols.responses.schema import RESPONSES_REQUEST
 from tests.fuzz.strategies import chat_bodies, messages_bodies, mutated, responses_bodies
 
-# B3OS_FUZZ_EXAMPLES runs more cases than CI's 500 per property. No shrinking: a failure
+# B3OS_FUZZ_EXAMPLES runs more cases than CI's 250 per property. No shrinking: a failure
 # prints its (unshrunk) example; shrinking these bodies takes minutes.
 FUZZ = settings(
-    max_examples=int(os.environ.get("B3OS_FUZZ_EXAMPLES", "500")),
+    max_examples=int(os.environ.get("B3OS_FUZZ_EXAMPLES", "250")),
     deadline=None,
     suppress_health_check=list(HealthCheck),
     phases=(Phase.explicit, Phase.reuse, Phase.generate),

@@ -1,5 +1,6 @@
-"""One row is multiplied by a bf16 copy of an fp32 weight, more rows by oneDNN's packed weight;
-both give the layer's own product."""
+"""A few rows are multiplied by the weight's 4-bit groups where its values are such groups (a GGUF
+Q4 checkpoint's), one row by a bf16 copy of an fp32 weight otherwise, more rows by oneDNN's
+packed weight; each gives the layer's own product."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from server.engines.sglang.cpu.linear import BF16, PACKED, faster_linear
+from server.engines.sglang.cpu.linear import BF16, INT4, PACKED, faster_linear
 
 
 class Linear(torch.nn.Module):
@@ -24,6 +25,35 @@ def original(self: Any, layer: torch.nn.Module, x: torch.Tensor, bias: Any = Non
 def bf16_checkpoint(rows: int, columns: int) -> Linear:
     """A checkpoint's bf16 values, held in fp32 as the node computes them."""
     return Linear(torch.randn(rows, columns).to(torch.bfloat16).to(torch.float32))
+
+
+def four_bit_checkpoint(rows: int, columns: int) -> Linear:
+    """A GGUF Q4_1 checkpoint's values (each group of 32: scale * q + min, q in 0..15), as the
+    conversion leaves them: bf16, held in fp32."""
+    q = torch.randint(0, 16, (rows, columns // 32, 32)).float()
+    q[..., 0], q[..., 1] = 0, 15  # the block's own minimum and maximum
+    scale = torch.rand(rows, columns // 32, 1) * 0.01 + 1e-3
+    low = torch.randn(rows, columns // 32, 1) * 0.05
+    weight = (q * scale + low).view(rows, columns)
+    return Linear(weight.to(torch.bfloat16).to(torch.float32))
+
+
+@pytest.mark.parametrize("shape", [(1, 64), (4, 64), (2, 3, 64)])
+def test_a_few_rows_read_a_four_bit_checkpoints_own_groups(shape: tuple[int, ...]) -> None:
+    torch.manual_seed(2)
+    layer, x, bias = four_bit_checkpoint(48, 64), torch.randn(shape), torch.randn(48)
+    out = faster_linear(original)(None, layer, x, bias)
+    assert layer.__dict__[INT4] is not None
+    assert out.shape == (*shape[:-1], 48) and out.dtype == torch.float32
+    # within bf16 rounding of the activations, scales and zeros
+    torch.testing.assert_close(out, original(None, layer, x, bias), rtol=2e-2, atol=5e-2)
+
+
+def test_weights_that_are_not_four_bit_groups_keep_every_value() -> None:
+    torch.manual_seed(3)
+    layer = bf16_checkpoint(48, 64)
+    faster_linear(original)(None, layer, torch.randn(1, 64))
+    assert layer.__dict__[INT4] is None  # the bf16 copy served the row instead
 
 
 def test_one_row_reads_the_bf16_copy() -> None:

@@ -1,17 +1,21 @@
 """Matrix products for a model computed in fp32 on a CPU without native bf16 (AVX2, AVX-512
 without BF16), where a bf16 GEMM converts every element and runs 4-6x slower than fp32.
 
-Each linear layer, and the LM head, keeps its weight in two more forms, made on first use: for
-one row (a decode step), which reads the whole weight to multiply it once, a bf16 copy (half
-the bytes to read); for more rows, the weight packed in oneDNN's blocked layout, which runs
-faster than the plain fp32 GEMM at every size. Measured on a 2-core AVX2 machine, the 120 linear
-layers of SmolLM2-135M: one row 53 ms plain, 45 ms packed, 30 ms bf16; 4 rows 111 / 51 ms plain
-/ packed; 16 rows 120 / 76; 128 rows 336 / 271; 2,048 rows 3.97 / 3.02 s. The LM head (49,152 x
-576), one row: 20.2 ms fp32, 5.5 ms bf16.
+Each linear layer, and the LM head, keeps its weight in more forms, made before the first
+request. For a few rows (decode steps), which read the whole weight to use it a few times: the
+checkpoint's own 4-bit groups where its values are such groups (a GGUF Q4_0/Q4_1 model, the
+embedded one: an eighth of the fp32 bytes, in torch's int4 kernel), else a bf16 copy (half the
+bytes). For more rows, the weight packed in oneDNN's blocked layout, which runs faster than the
+plain fp32 GEMM at every size. Measured on a 2-core AVX2 machine, the 120 linear layers of
+SmolLM2-135M, each with its own weight: one row 53 ms plain, 45 ms packed, 30 ms bf16, 17 ms
+4-bit; 4 rows 111 / 51 ms plain / packed, 29 ms 4-bit; 8 rows 54 ms 4-bit; 16 rows 120 / 76
+plain / packed, 106 ms 4-bit; 128 rows 336 / 271; 2,048 rows 3.97 / 3.02 s. The LM head
+(49,152 x 576), one row: 20.2 ms fp32, 5.5 ms bf16.
 
-The checkpoints served are bf16 or coarser (the embedded model is a 4-bit GGUF), so the bf16
-copy holds the checkpoint's own values; on that path only the activations are rounded to bf16.
-The node never reloads weights in place, so the copies stay the weight's."""
+The checkpoints served are bf16 or coarser, so the bf16 copy holds the checkpoint's own values,
+and the 4-bit form is taken only where it gives them back to within bf16's rounding (checked per
+layer: every value within 2^-7 of its group's largest); on those paths only the activations are
+rounded to bf16. The node never reloads weights in place, so the copies stay the weight's."""
 
 from __future__ import annotations
 
@@ -27,6 +31,10 @@ LINEAR_INTO = "sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod.ap
 LM_HEAD = "sglang.srt.layers.logits_processor.LogitsProcessor._compute_lm_head"
 BF16 = "_b3os_bf16_weight"  # the bf16 copy, on the layer that holds the weight
 PACKED = "_b3os_packed_weight"  # oneDNN's packed fp32 weight, likewise
+INT4 = "_b3os_int4_weight"  # (packed 4-bit groups, their scales and zeros), or None: no fit
+GROUP = 32  # values per 4-bit group along a row (GGUF's Q4 block)
+INT4_MAX_ROWS = 8  # where the 4-bit kernel stops beating the packed fp32 GEMM (see above)
+INT4_TOLERANCE = 2**-7  # of a group's largest magnitude: bf16's rounding of the checkpoint
 
 
 def _fp32_weight(layer: torch.nn.Module) -> torch.Tensor | None:
@@ -52,6 +60,42 @@ def packed(layer: torch.nn.Module) -> torch.Tensor | None:
     return copy
 
 
+def int4(layer: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The weight as torch's packed 4-bit groups, where its values are such groups."""
+    if INT4 in layer.__dict__:
+        found: tuple[torch.Tensor, torch.Tensor] | None = layer.__dict__[INT4]
+        return found
+    weight = _fp32_weight(layer)
+    if weight is None:
+        return None
+    layer.__dict__[INT4] = form = _four_bit_groups(weight.detach())
+    return form
+
+
+def _four_bit_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    rows, columns = weight.shape
+    if columns % GROUP or rows % 16:
+        return None
+    groups = weight.view(rows, columns // GROUP, GROUP)
+    low, high = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)
+    scale = (high - low) / 15
+    scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+    q = torch.round((groups - low) / scale).clamp_(0, 15)
+    error = (q * scale + low - groups).abs()
+    if bool((error > INT4_TOLERANCE * torch.maximum(low.abs(), high.abs())).any()):
+        return None
+    try:
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+            q.to(torch.int32).view(rows, columns), 1
+        )
+    except RuntimeError:  # a shape or a build the kernel does not take
+        return None
+    # torch's groups are (q - 8) * scale + zero
+    zeros = low + 8 * scale
+    scales_zeros = torch.stack([scale.squeeze(-1).t(), zeros.squeeze(-1).t()], dim=-1)
+    return packed, scales_zeros.contiguous().to(torch.bfloat16)
+
+
 def matmul(
     layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor | None:
@@ -59,6 +103,14 @@ def matmul(
     if x.dtype != torch.float32 or x.dim() == 0:
         return None
     rows = x.numel() // x.shape[-1]
+    if rows <= INT4_MAX_ROWS and (groups := int4(layer)) is not None:
+        packed_groups, scales_zeros = groups
+        flat = x.reshape(rows, x.shape[-1]).to(torch.bfloat16)
+        product = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            flat, packed_groups, GROUP, scales_zeros
+        )
+        out = product.to(torch.float32).view(*x.shape[:-1], -1)
+        return out if bias is None else out.add_(bias)
     if rows == 1 and (weight := bf16_copy(layer)) is not None:
         out = F.linear(x.to(torch.bfloat16), weight).to(torch.float32)
         return out if bias is None else out.add_(bias)
@@ -68,7 +120,7 @@ def matmul(
 
 
 def prepare(model: torch.nn.Module) -> None:
-    """Both forms of every linear layer's weight and of the LM head, made before the first
+    """The forms of every linear layer's weight and of the LM head, made before the first
     request rather than during it (the first forward would otherwise take seconds). A linear
     layer's fp32 weight is then released, its tensor holding the bf16 copy: every product goes
     through the two forms. (The LM head's stays: tied to the embedding, it is looked up.)"""
@@ -77,7 +129,7 @@ def prepare(model: torch.nn.Module) -> None:
     head = getattr(model, "lm_head", None)
     for module in model.modules():
         if isinstance(module, LinearBase) or module is head:
-            copy, _ = bf16_copy(module), packed(module)
+            copy, _, _ = bf16_copy(module), packed(module), int4(module)
             if isinstance(module, LinearBase) and copy is not None:
                 module.weight.data = copy
 

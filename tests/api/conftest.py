@@ -1,0 +1,89 @@
+"""A second real server for the API tests, started once, with what the session's server does not
+use: TLS (ALPN chooses HTTP/2 or HTTP/1.1), the model given as a folder with its own served
+name, `--system-in-messages keep`, and a runtime that runs one request at a time and lets the
+next wait 1 s at most (tests/api/test_prefill.py). What it answered while its engine was still
+starting is kept for tests/api/test_configured_server.py."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+import trustme
+
+from server.config import default_cache_dir
+from server.models.embedded import ensure_converted
+from tests.server_process import ServerProcess
+
+HELLO = [{"role": "user", "content": "Say hello."}]
+SERVED_NAME = "tests/smollm2-from-a-folder"
+STARTING_BODY = {"model": SERVED_NAME, "max_tokens": 4, "messages": HELLO}
+ONE_AT_A_TIME = ("--max-running-requests", "1", "--max-queue-wait", "1")
+
+
+@pytest.fixture(scope="session")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture(scope="session")
+def trust(ca: trustme.CA) -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    return context
+
+
+@dataclass
+class Starting:
+    """What the server answered before its engine was ready."""
+
+    infer: httpx.Response | None = None
+    ready: httpx.Response | None = None
+
+
+@pytest.fixture(scope="session")
+def starting() -> Starting:
+    return Starting()
+
+
+@pytest.fixture(scope="session")
+def tls_server(
+    starting: Starting,
+    tmp_path_factory: pytest.TempPathFactory,
+    ca: trustme.CA,
+    trust: ssl.SSLContext,
+) -> Iterator[ServerProcess]:
+    folder = tmp_path_factory.mktemp("tls-server")
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert.cert_chain_pems[0].write_to_path(str(folder / "cert.pem"))
+    cert.private_key_pem.write_to_path(str(folder / "key.pem"))
+    model_folder = ensure_converted(default_cache_dir())
+    process = ServerProcess(
+        folder / "server.log",
+        *("--certfile", str(folder / "cert.pem"), "--keyfile", str(folder / "key.pem")),
+        *("--model", str(model_folder), "--served-model-name", SERVED_NAME),
+        *("--system-in-messages", "keep"),
+        *ONE_AT_A_TIME,
+        scheme="https",
+    )
+    process.start()
+    try:
+        process.wait_listening(verify=trust)
+        with httpx.Client(base_url=process.origin, verify=trust, timeout=30) as client:
+            starting.infer = client.post("/v1/infer/chat/completions", json=STARTING_BODY)
+            starting.ready = client.get("/readyz")
+        process.wait_ready(verify=trust)
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="session")
+def tls_model(tls_server: ServerProcess, trust: ssl.SSLContext) -> str:
+    with httpx.Client(verify=trust, timeout=120) as client:
+        [card] = client.get(f"{tls_server.base_url}/models").json()["data"]
+    assert card["id"] == SERVED_NAME
+    return str(card["id"])
