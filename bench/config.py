@@ -17,5 +17,5 @@ class Config:
     @classmethod
     def make(cls, quick: bool) -> Config:
         if quick:
-            return cls(quick, repeats=3, concurrency=(1, 4, 16), min_requests=4, max_tokens=16)
+            return cls(quick, repeats=2, concurrency=(1, 4), min_requests=2, max_tokens=8)
         return cls(quick, repeats=8, concurrency=(1, 4, 16, 64), min_requests=8, max_tokens=32)

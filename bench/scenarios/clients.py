@@ -119,7 +119,7 @@ def run(run: Run) -> list[Row]:
     if not run.local:
         return []
     server = _server(run.ours)
-    seconds = 20 if run.config.quick else 60
+    seconds = 10 if run.config.quick else 60
     return [
         _slow_reader(run.ours, server, seconds),
         _idle(run.ours, server),
