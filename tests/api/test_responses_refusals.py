@@ -250,7 +250,8 @@ def test_a_model_not_served(http: httpx.Client) -> None:
 
 def test_settings_meaning_keep_nothing_are_taken(http: httpx.Client, model: str) -> None:
     """store false, background false, truncation disabled, null for what needs state, and the
-    accepted settings: answered, and repeated in the response."""
+    accepted settings: answered, and repeated in the response (client_metadata, ignored, is
+    not: OpenAI's response has no such member)."""
     payload = {
         "model": model,
         "input": "Hi",
@@ -263,6 +264,7 @@ def test_settings_meaning_keep_nothing_are_taken(http: httpx.Client, model: str)
         "user": "u-1",
         "safety_identifier": "s-1",
         "prompt_cache_key": "k-1",
+        "client_metadata": {"client": "an agent"},  # Codex CLI sends it on every request
         "include": ["reasoning.encrypted_content"],
         "text": {"format": {"type": "text"}, "verbosity": "low"},
         "stream_options": {"include_obfuscation": False},
@@ -273,6 +275,7 @@ def test_settings_meaning_keep_nothing_are_taken(http: httpx.Client, model: str)
     assert data["service_tier"] == "auto" and data["user"] == "u-1"
     assert data["safety_identifier"] == "s-1" and data["prompt_cache_key"] == "k-1"
     assert data["text"] == {"format": {"type": "text"}, "verbosity": "low"}
+    assert "client_metadata" not in data
 
 
 def test_models_list_the_protocols(http: httpx.Client) -> None:

@@ -242,6 +242,32 @@ def test_by_default_deferred_tools_and_safeguards_are_refused_as_the_contract_sa
     assert raised.value.param == "safeguards"
 
 
+@pytest.mark.parametrize(
+    "safeguards",
+    [
+        {"mode": "on"},
+        # as Claude Code's full mode with automatic permissions sends it (context elided)
+        [{"type": "dangerous_tool_use", "classifier_context": {"cwd": "/work", "mode": "auto"}}],
+        [],
+    ],
+)
+def test_the_profile_takes_safeguards_as_claude_code_sends_them(safeguards: Any) -> None:
+    plain = decode_messages(body(), CLAUDE_CODE)
+    assert decode_messages(body(safeguards=safeguards), CLAUDE_CODE) == plain  # changes nothing
+    counting = {k: v for k, v in body(safeguards=safeguards).items() if k != "max_tokens"}
+    counted = decode_count_tokens(counting, CLAUDE_CODE)
+    assert counted.messages == plain.messages and counted.tools == plain.tools  # the same count
+    with pytest.raises(UnsupportedParameter):
+        decode_messages(body(safeguards=safeguards))
+
+
+@pytest.mark.parametrize("safeguards", ["on", [1], 3])
+def test_safeguards_of_another_shape_are_refused_under_the_profile(safeguards: Any) -> None:
+    with pytest.raises(InvalidRequest) as raised:
+        decode_messages(body(safeguards=safeguards), CLAUDE_CODE)
+    assert raised.value.param == "safeguards"
+
+
 def test_a_deferred_tool_is_left_out_until_a_tool_reference_loads_it() -> None:
     request = decode_messages(searched_tools(), CLAUDE_CODE)
     assert [tool.name for tool in request.tools] == ["ToolSearch"]

@@ -99,7 +99,20 @@ def _ignored(fields: Fields, options: DecodeOptions) -> None:
     fields.string("service_tier")
     fields.object("context_management")
     if options.safeguards:
-        fields.object("safeguards")
+        _safeguards(fields)
+
+
+def _safeguards(fields: Fields) -> None:
+    """Claude Code's `safeguards`, accepted and ignored: an object, or (full mode with automatic
+    permissions) an array of objects such as `{"type": "dangerous_tool_use",
+    "classifier_context": {...}}`."""
+    value = fields.raw("safeguards")
+    if value is None or isinstance(value, dict):
+        return
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise InvalidRequest(
+            "safeguards must be an object or an array of objects", param="safeguards"
+        )
 
 
 def _sampling(fields: Fields, max_tokens: int) -> Sampling:

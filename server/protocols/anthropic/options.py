@@ -15,4 +15,4 @@ class DecodeOptions:
     # Tool search: `tools[].defer_loading`, and `tool_reference` blocks in tool results that
     # load such a tool (Anthropic's advanced-tool-use beta, which Claude Code sends).
     tool_search: bool = False
-    safeguards: bool = False  # a top-level `safeguards` object, accepted and ignored
+    safeguards: bool = False  # a top-level `safeguards` (object or array), accepted and ignored

@@ -107,6 +107,7 @@ def decode_responses(body: Any) -> tuple[GenerateRequest, ResponsesEcho]:
         prompt_cache_key=fields.string("prompt_cache_key"),  # the prefix cache needs no key
         safety_identifier=fields.string("safety_identifier"),
     )
+    fields.object("client_metadata")  # what a client says about itself (Codex): ignored
     fields.done()
     return request, echo
 

@@ -171,6 +171,8 @@ RESPONSES_REQUEST = obj(
         "user": {"type": ["string", "null"]},
         "safety_identifier": {"type": ["string", "null"]},
         "prompt_cache_key": {"type": ["string", "null"]},
+        # What a client says about itself (Codex CLI sends it on every request): ignored.
+        "client_metadata": {"type": ["object", "null"]},
         "service_tier": enum("auto", "default", "flex", "priority", None),
         # Need state this node does not keep: only null (unset) is taken.
         "previous_response_id": {"type": "null"},
