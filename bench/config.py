@@ -1,5 +1,5 @@
 """How big a run is. `--quick` runs every scenario with fewer samples and lower concurrency
-(under 3 minutes on a 2-core CPU); the full run stays under 10."""
+(3.5 minutes on a 2-core CPU, the server's start included); the full run about 15."""
 
 from __future__ import annotations
 
