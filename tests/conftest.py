@@ -5,8 +5,7 @@ aborts, the context window) run through `sglang-router` too: the remote engine b
 sglang-router in front of two SGLang servers (tests/topology.py), which runs every line of the
 remote engine that one server would. Those marked `remote_only` run against the remote engine on
 SGLang's own HTTP server (`b3os-infer sglang-server`), those marked `router_only` through the
-router only. `not_router` takes an `every_engine` test off the router (what sglang-router does
-not carry to its workers: tests/api/test_router.py shows the node refusing it there)."""
+router only."""
 
 from __future__ import annotations
 
@@ -43,17 +42,10 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line("markers", "remote_only: about the sglang-remote engine only")
     config.addinivalue_line("markers", "router_only: about the remote engine behind a router")
-    config.addinivalue_line(
-        "markers",
-        "not_router: what sglang-router does not carry to its workers (test_router.py shows "
-        "the node refusing it there)",
-    )
 
 
 def places(item: pytest.Item) -> tuple[str, ...]:
     """The engines `item` runs on."""
-    if item.get_closest_marker("not_router") is not None:
-        return ("sglang",)
     for marker, engines in PLACES.items():
         if item.get_closest_marker(marker) is not None:
             return engines

@@ -123,7 +123,7 @@ def prepare(model: torch.nn.Module) -> None:
     """The forms of every linear layer's weight and of the LM head, made before the first
     request rather than during it (the first forward would otherwise take seconds). A linear
     layer's fp32 weight is then released, its tensor holding the bf16 copy: every product goes
-    through the two forms. (The LM head's stays: tied to the embedding, it is looked up.)"""
+    through the other forms. (The LM head's stays: tied to the embedding, it is looked up.)"""
     from sglang.srt.layers.linear import LinearBase
 
     head = getattr(model, "lm_head", None)
