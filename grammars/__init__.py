@@ -24,8 +24,14 @@ class ToolFormat:
     result_role: str
     result: str  # "{content}" is replaced by the result's text
     error_prefix: str
+    # A free-form tool's call: call_begin + name + input_begin + the input as it is + input_end.
+    input_begin: str
+    input_end: str
+    free_form_system: str  # follows `system` when a request has free-form tools
 
-    def call(self, name: str, arguments: str) -> str:
+    def call(self, name: str, arguments: str, free_form: bool = False) -> str:
+        if free_form:
+            return self.call_begin + name + self.input_begin + arguments + self.input_end
         return self.call_begin + name + self.arguments_begin + arguments + self.call_end
 
 

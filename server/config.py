@@ -20,7 +20,7 @@ DEFAULT_GATEWAY_TIMEOUT_S = 120.0
 DEVICES = ("cuda", "cpu")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 SYSTEM_IN_MESSAGES = ("refuse", "keep")
-COMPAT = ("none", "claude-code")
+COMPAT = ("none", "claude-code", "codex")
 
 
 def default_cache_dir() -> Path:
@@ -58,7 +58,8 @@ class Settings:
     max_running_requests: int | None = None
     max_total_tokens: int | None = None  # None: SGLang's sizing on a GPU, 65536 on a CPU
     system_in_messages: str = "refuse"  # refuse | keep (Messages: a system turn inside messages)
-    compat: str = "none"  # none | claude-code: what an agent sends beyond the contract
+    # none, or profiles joined by commas (claude-code, codex): what agents send beyond the contract
+    compat: str = "none"
     db: Path | None = None  # the key and metering store; None: the node runs open
     limits: Path | None = None  # the limits file; None: the defaults
     max_queue_wait: float = DEFAULT_MAX_QUEUE_WAIT_S  # 0: no bound
@@ -71,6 +72,10 @@ class Settings:
     gateway_models: tuple[str, ...] = ()  # the models it may be asked for; empty: any
     gateway_timeout: float = DEFAULT_GATEWAY_TIMEOUT_S  # for each of the upstream's reads
     gateway_connect_timeout: float = 5.0
+
+    def compat_with(self, profile: str) -> bool:
+        """Whether `--compat` names this profile (claude-code, codex)."""
+        return profile in self.compat.split(",")
 
     @property
     def tls(self) -> bool:
@@ -201,7 +206,8 @@ _OPTIONS = (
         "compat",
         "none (the default): the contract exactly; claude-code: also what Claude Code sends "
         "beyond it (tool search: defer_loading and tool_reference; safeguards), with "
-        "--system-in-messages keep",
+        "--system-in-messages keep; codex: the Responses API leaves out OpenAI's hosted tools "
+        "(web_search, ...) that Codex sends, instead of refusing them; both: claude-code,codex",
     ),
 )
 
@@ -269,7 +275,13 @@ def _check(settings: Settings) -> None:
         ("--device", settings.device, DEVICES),
         ("--log-level", settings.log_level, LOG_LEVELS),
         ("--system-in-messages", settings.system_in_messages, SYSTEM_IN_MESSAGES),
-        ("--compat", settings.compat, COMPAT),
     ):
         if value is not None and value not in choices:
             raise SystemExit(f"{name} {value!r}: choose one of {', '.join(choices)}")
+    profiles = settings.compat.split(",")
+    for profile in profiles:
+        if profile not in COMPAT or (profile == "none" and len(profiles) > 1):
+            raise SystemExit(
+                f"--compat {settings.compat!r}: choose none, or one or more of "
+                f"{', '.join(COMPAT[1:])} joined by commas"
+            )

@@ -11,16 +11,19 @@ tool call and every JSON answer is generated under it, so validity is guaranteed
                        the answer is that JSON or tool calls
     thinking           all of the above comes after a reasoning phase, which the grammar closes
                        when its budget of tokens is spent
+    free-form tools    the call's input is any text up to the call's end, or the text its Lark
+                       grammar or regular expression describes (`free_form` translates them)
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
 
 from grammars import ModelFamily, ThinkingFormat, ToolFormat
-from server.canonical import GenerateRequest, ThinkingMode, Tool, ToolChoiceKind
+from server.canonical import FreeForm, GenerateRequest, ThinkingMode, Tool, ToolChoiceKind
 from server.engines.base import Constraint
 from server.errors import ConstraintRejected
 
@@ -31,6 +34,8 @@ ANY_OBJECT: dict[str, Any] = {"type": "object"}
 ANY_TEXT: dict[str, Any] = {"type": "any_text"}
 
 Format = dict[str, Any]
+# Where in its C++ sources xgrammar raised an error: "[05:12:11] /project/cpp/x.cc:83: ".
+_COMPILER_PLACE = re.compile(r"\[[0-9:]+\] \S+\.cc:[0-9]+: ")
 
 
 def constraint_for(
@@ -102,6 +107,17 @@ def _calls_only(request: GenerateRequest, tools: ToolFormat) -> Format:
 
 
 def _tag(tool: Tool, tools: ToolFormat) -> Format:
+    free_form = tool.free_form
+    if free_form is not None:
+        content: Format = ANY_TEXT
+        if free_form.grammar is not None:
+            content = {"type": "grammar", "grammar": free_form.grammar}
+        return {
+            "type": "tag",
+            "begin": tools.call_begin + tool.name + tools.input_begin,
+            "content": content,
+            "end": tools.input_end,
+        }
     return {
         "type": "tag",
         "begin": tools.call_begin + tool.name + tools.arguments_begin,
@@ -119,6 +135,28 @@ def _json(request: GenerateRequest) -> Format | None:
 
 def _schema(schema: dict[str, Any]) -> Format:
     return {"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": MAX_WHITESPACE}
+
+
+def free_form(syntax: str, definition: str, path: str) -> FreeForm:
+    """A custom tool's input format: any text, or a Lark grammar or regular expression
+    translated by xgrammar into its EBNF (the runtime compiles that). What xgrammar cannot
+    translate is a 400 that names the format and says why."""
+    if syntax == "text":
+        return FreeForm()
+    from xgrammar import Grammar
+
+    try:
+        if syntax == "lark":
+            grammar = Grammar.from_lark(definition)
+        else:
+            grammar = Grammar.from_regex(definition)
+    except (RuntimeError, ValueError) as error:
+        reason = _COMPILER_PLACE.sub("", " ".join(str(error).split()))
+        noun = "Lark grammar" if syntax == "lark" else "regular expression"
+        raise ConstraintRejected(
+            f"{path}: this {noun} cannot be compiled into a grammar: {reason}", param=path
+        ) from None
+    return FreeForm(syntax, definition, str(grammar))  # type: ignore[arg-type]
 
 
 def explain(request: GenerateRequest, error: ConstraintRejected) -> ConstraintRejected:

@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Iterator
 from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from grammars import ThinkingFormat, ToolFormat
 from server.canonical import (
@@ -177,7 +177,12 @@ class Generation:
         # max_tokens, as it would at the window's end (agents send their own large defaults).
         wanted = request.sampling.max_tokens
         max_tokens = room if wanted is None else min(wanted, room)
-        sampling = dataclasses.replace(request.sampling, max_tokens=max_tokens)
+        unset: dict[str, Any] = {
+            name: value
+            for name, value in self.card.sampling_defaults.items()
+            if getattr(request.sampling, name) is None
+        }  # the model's recommended sampling, where the request leaves it to the server
+        sampling = dataclasses.replace(request.sampling, max_tokens=max_tokens, **unset)
         calls = self.renderer.family.tools
         if not request.tools or request.tool_choice.kind is ToolChoiceKind.NONE:
             calls = None

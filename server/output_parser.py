@@ -3,7 +3,9 @@ thinking format, the answer opens inside the reasoning, which ends at its close 
 format, calls written in it (`<tool_call>\\n{"name": "X", "arguments": {...}}\\n</tool_call>` for
 ChatML) become call start, argument fragments and call end; everything else is text. The model's
 tool syntax is never text: a call cut before its arguments begin is dropped, one cut inside them
-is closed as a call (as Anthropic and OpenAI end a call max_tokens cuts)."""
+is closed as a call (as Anthropic and OpenAI end a call max_tokens cuts). A free-form tool's call
+(`<tool_call>\n{"name": "X"}\n...input...\n</tool_call>`) gives its input as it is, in fragments
+like arguments."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ class _State(Enum):
     TEXT = auto()
     HEADER = auto()  # after the trigger, until the arguments begin
     ARGUMENTS = auto()
+    INPUT = auto()  # a free-form call's input, until the call's end
     TAIL = auto()  # after the arguments' closing brace, until the call's end
 
 
@@ -85,7 +88,7 @@ class OutputParser:
                 events.append(TextDelta(self._blank))
         elif self._state == _State.HEADER:
             pass  # the trigger and part of a header: not a call yet, never text
-        elif self._state == _State.ARGUMENTS:
+        elif self._state in (_State.ARGUMENTS, _State.INPUT):
             if self._buffer:
                 events.append(ToolCallDelta(self._calls, self._buffer))
             events.append(ToolCallEnd(self._calls, complete=False))
@@ -106,6 +109,8 @@ class OutputParser:
             return self._read_header(tools, events)
         if self._state == _State.ARGUMENTS:
             return self._read_arguments(events)
+        if self._state == _State.INPUT:
+            return self._read_input(tools, events)
         return self._read_tail(tools, events)
 
     def _read_thinking(self, thinking: ThinkingFormat, events: list[Event]) -> bool:
@@ -147,22 +152,27 @@ class OutputParser:
         begin = tools.call_begin
         if len(self._buffer) < len(begin) and begin.startswith(self._buffer):
             return False
-        end = self._buffer.find(tools.arguments_begin, len(begin))
-        if self._buffer.startswith(begin) and end < 0 and len(self._buffer) < MAX_NAME:
+        ends = [
+            (at, marker)
+            for marker in (tools.arguments_begin, tools.input_begin)
+            if (at := self._buffer.find(marker, len(begin))) >= 0
+        ]
+        if self._buffer.startswith(begin) and not ends and len(self._buffer) < MAX_NAME:
             return False
-        if not self._buffer.startswith(begin) or end < 0:
+        if not self._buffer.startswith(begin) or not ends:
             # Not a call after all (the grammar makes this impossible when it is on): text.
             self._text(tools.trigger, events)
             self._buffer = self._buffer[len(tools.trigger) :]
             self._state = _State.TEXT
             return True
+        end, marker = min(ends)
         name = self._buffer[len(begin) : end]
         events.append(ToolCallStart(self._calls, self._new_id(), name))
         self._in_text = False
         self._blank = ""
-        self._buffer = self._buffer[end + len(tools.arguments_begin) :]
+        self._buffer = self._buffer[end + len(marker) :]
         self._arguments = _ObjectEnd()
-        self._state = _State.ARGUMENTS
+        self._state = _State.ARGUMENTS if marker == tools.arguments_begin else _State.INPUT
         return True
 
     def _read_arguments(self, events: list[Event]) -> bool:
@@ -176,17 +186,35 @@ class OutputParser:
         self._state = _State.TAIL
         return True
 
+    def _read_input(self, tools: ToolFormat, events: list[Event]) -> bool:
+        end = self._buffer.find(tools.input_end)
+        if end < 0:
+            held = _partial_suffix(self._buffer, tools.input_end)
+            fragment = self._buffer[: len(self._buffer) - held]
+            if fragment:
+                events.append(ToolCallDelta(self._calls, fragment))
+            self._buffer = self._buffer[len(fragment) :]
+            return False
+        if end:
+            events.append(ToolCallDelta(self._calls, self._buffer[:end]))
+        self._buffer = self._buffer[end + len(tools.input_end) :]
+        self._end_call(events)
+        return True
+
     def _read_tail(self, tools: ToolFormat, events: list[Event]) -> bool:
         end = tools.call_end
         if len(self._buffer) < len(end) and end.startswith(self._buffer):
             return False
         if self._buffer.startswith(end):
             self._buffer = self._buffer[len(end) :]
+        self._end_call(events)
+        return True
+
+    def _end_call(self, events: list[Event]) -> None:
         events.append(ToolCallEnd(self._calls))
         self._calls += 1
         self._after_block = True
         self._state = _State.TEXT
-        return True
 
     def _text(self, text: str, events: list[Event]) -> None:
         if not text:

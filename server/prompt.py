@@ -124,7 +124,7 @@ def _content(message: Message, tools: ToolFormat | None, image: str | None) -> s
     ]
     if tools is not None:
         texts += [
-            tools.call(part.name, part.arguments)
+            tools.call(part.name, part.arguments, part.free_form)
             for part in message.parts
             if isinstance(part, ToolCall)
         ]
@@ -165,6 +165,8 @@ def _add_tools(turns: list[dict[str, Any]], tools: tuple[Tool, ...], form: ToolF
     """The tools follow the system prompt (one is made when there is none)."""
     lines = "\n".join(orjson.dumps(_tool_json(tool)).decode() for tool in tools)
     block = form.system.replace("{tools}", lines)
+    if any(tool.free_form for tool in tools):
+        block += form.free_form_system
     if turns and turns[0]["role"] == "system":
         turns[0]["content"] = f"{turns[0]['content']}\n\n{block}" if turns[0]["content"] else block
     else:
@@ -175,8 +177,15 @@ def _tool_json(tool: Tool) -> dict[str, Any]:
     function: dict[str, Any] = {"name": tool.name}
     if tool.description:
         function["description"] = tool.description
-    function["parameters"] = tool.input_schema
-    return {"type": "function", "function": function}
+    if tool.free_form is None:
+        function["parameters"] = tool.input_schema
+        return {"type": "function", "function": function}
+    free_form = tool.free_form
+    form: dict[str, Any] = {"type": "text"}
+    if free_form.syntax != "text":
+        form = {"type": "grammar", "syntax": free_form.syntax, "definition": free_form.definition}
+    function["format"] = form
+    return {"type": "custom", "custom": function}
 
 
 class TokenBytes:

@@ -24,7 +24,7 @@ from server.generation import Generation
 from server.ids import RequestIds
 from server.images.egress import EgressGuard
 from server.images.loader import ImageLoader
-from server.models.card import ModelCard, has_vision
+from server.models.card import ModelCard, has_vision, sampling_defaults
 from server.models.embedded import ModelSetupError
 from server.models.source import ModelSource, resolve
 from server.node.admission import Admission
@@ -33,6 +33,7 @@ from server.node.metering import Meter
 from server.node.metrics import Metrics
 from server.prompt import PromptRenderer, load_tokenizer
 from server.protocols.anthropic.options import DecodeOptions
+from server.protocols.responses.tools import ResponsesOptions
 from server.requestlog import RequestLog
 from server.store.base import Store
 from server.store.sqlite import SqliteStore
@@ -142,7 +143,10 @@ class ServerState:
             created=int(time.time()),
             owned_by=self.settings.node_name,
             capabilities=capabilities,
+            sampling_defaults=sampling_defaults(self.source.path),
         )
+        if card.sampling_defaults:
+            log.info("sampling left unset follows the model's: %s", card.sampling_defaults)
         self.decode_options = self._decode_options(family)
         renderer = PromptRenderer(tokenizer, family)
         self.generation = Generation(
@@ -155,7 +159,7 @@ class ServerState:
         log.info("serving %s, ready in %.1f s", card.id, time.monotonic() - started)
 
     def _decode_options(self, family: ModelFamily) -> DecodeOptions:
-        claude_code = self.settings.compat == "claude-code"
+        claude_code = self.settings.compat_with("claude-code")
         keep = self.settings.system_in_messages == "keep" or claude_code
         if keep and not family.system_anywhere:
             log.warning(
@@ -179,6 +183,10 @@ class ServerState:
             await self.writer.close()
         if self.store is not None:
             self.store.close()
+
+    @property
+    def responses_options(self) -> ResponsesOptions:
+        return ResponsesOptions(drop_hosted_tools=self.settings.compat_with("codex"))
 
     @property
     def is_ready(self) -> bool:

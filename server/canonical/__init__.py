@@ -16,6 +16,7 @@ from server.canonical.events import (
     Usage,
 )
 from server.canonical.request import (
+    FreeForm,
     GenerateRequest,
     Image,
     Message,
@@ -40,6 +41,7 @@ __all__ = [
     "Event",
     "Finish",
     "FinishReason",
+    "FreeForm",
     "GenerateRequest",
     "Image",
     "Logprobs",

@@ -54,7 +54,8 @@ class ToolCallStart:
 
 @dataclass(frozen=True, slots=True)
 class ToolCallDelta:
-    """A fragment of the call's arguments; the fragments concatenate to its JSON object."""
+    """A fragment of the call's arguments; the fragments concatenate to its JSON object (a
+    free-form call's: to its input)."""
 
     index: int
     arguments: str

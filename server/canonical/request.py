@@ -37,7 +37,8 @@ class Thinking:
 class ToolCall:
     id: str
     name: str
-    arguments: str  # JSON text of an object
+    arguments: str  # JSON text of an object; a free-form tool's input as it is
+    free_form: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +72,21 @@ class Message:
 
 
 @dataclass(frozen=True, slots=True)
+class FreeForm:
+    """A tool whose input is text, not a JSON object (OpenAI's custom tools): any text, or text
+    that a grammar holds to (`grammar`: xgrammar's EBNF, translated from the request's Lark or
+    regular expression; `definition`: as the request wrote it, shown to the model)."""
+
+    syntax: Literal["text", "lark", "regex"] = "text"
+    definition: str = ""
+    grammar: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Tool:
+    """`name` is what the model writes: a tool inside a namespace is `namespace.name` (the
+    protocol gives the call back as the name inside, with its namespace)."""
+
     name: str
     description: str | None
     input_schema: dict[str, Any]
@@ -79,6 +94,13 @@ class Tool:
     schema_path: str = ""  # where the schema stands in the request, for errors that name it
     # Loaded by a tool search: shown where a ToolReference names it, not with the other tools.
     deferred: bool = False
+    free_form: FreeForm | None = None  # the input is text (input_schema unused)
+    namespace: str | None = None
+
+    @property
+    def local_name(self) -> str:
+        """The name inside its namespace."""
+        return self.name[len(self.namespace) + 1 :] if self.namespace else self.name
 
 
 class ToolChoiceKind(StrEnum):

@@ -4,7 +4,7 @@ are checked against."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,9 @@ class ModelCard:
     created: int  # Unix seconds: when this node started serving it
     owned_by: str  # the node
     capabilities: tuple[str, ...] = ("chat", "streaming")
+    # The model's recommended sampling (its generation_config.json), for what a request leaves
+    # unset: temperature, top_p, top_k, min_p, repetition_penalty.
+    sampling_defaults: dict[str, float] = field(default_factory=dict)
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -43,6 +46,26 @@ def folder_config(model_path: str) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return config if isinstance(config, dict) else None
+
+
+SAMPLING_DEFAULTS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+
+
+def sampling_defaults(model_path: str) -> dict[str, float]:
+    """The sampling a model folder's `generation_config.json` recommends, as SGLang's
+    `--sampling-defaults model` and vLLM's `--generation-config auto` read it; none for a hub id
+    or a folder without one."""
+    try:
+        config = json.loads((Path(model_path) / "generation_config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(config, dict):
+        return {}
+    return {
+        name: value
+        for name in SAMPLING_DEFAULTS
+        if isinstance(value := config.get(name), int | float) and not isinstance(value, bool)
+    }
 
 
 def has_vision(model_path: str) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import importlib.metadata
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -19,6 +20,11 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 NAME = "smollm2-135m-instruct"
 SERVED_NAME = "b3os/smollm2-135m-instruct"
 _COMPLETE = ".complete"
+# The sampling SmolLM2's model card uses (HuggingFaceTB/SmolLM2-135M-Instruct: temperature 0.2,
+# top_p 0.9), in its generation_config.json for what requests leave unset. At OpenAI's default
+# temperature of 1 this model loses its way in an agent's 5,000-token prompt and writes to the
+# window's end.
+RECOMMENDED_SAMPLING = {"do_sample": True, "temperature": 0.2, "top_p": 0.9}
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +56,36 @@ def ensure_converted(cache_dir: Path) -> Path:
     """The HF folder of the embedded model, converting it first if no earlier start did.
     Concurrent starts wait for one conversion instead of racing."""
     target = converted_folder(cache_dir)
-    if (target / _COMPLETE).exists():
+    if (target / _COMPLETE).exists() and _recommends_sampling(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (target / _COMPLETE).exists():
             _convert(gguf_path(), target)
+        if not _recommends_sampling(target):  # a folder converted before it was written
+            _recommend_sampling(target)
     return target
+
+
+def _recommends_sampling(folder: Path) -> bool:
+    try:
+        config = json.loads((folder / "generation_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return all(config.get(key) == value for key, value in RECOMMENDED_SAMPLING.items())
+
+
+def _recommend_sampling(folder: Path) -> None:
+    path = folder / "generation_config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        config = {}
+    config.update(RECOMMENDED_SAMPLING)
+    scratch = path.with_name(f"{path.name}.partial-{os.getpid()}")
+    scratch.write_text(json.dumps(config, indent=2) + "\n")
+    scratch.rename(path)
 
 
 def _convert(source: Path, target: Path) -> None:
@@ -67,6 +95,7 @@ def _convert(source: Path, target: Path) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
     try:
         _write_hf_folder(source, scratch)
+        _recommend_sampling(scratch)
         (scratch / _COMPLETE).write_text(GGUF_FILE + "\n")
         shutil.rmtree(target, ignore_errors=True)
         scratch.rename(target)

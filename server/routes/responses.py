@@ -19,8 +19,9 @@ blueprint = Blueprint("responses", __name__)
 @blueprint.post("/v1/infer/responses")
 @requires("infer:run")
 async def create_response() -> Response:
-    generation = server_state().ready()  # 503 until then, before the body is judged
-    request, echo = decode_responses(await read_json())
+    state = server_state()
+    generation = state.ready()  # 503 until then, before the body is judged
+    request, echo = decode_responses(await read_json(), state.responses_options)
     service = served(generation, request.model)
     body = partial(encode.response_body, echo=echo)
     stream = partial(encode.ResponseStream, echo=echo)

@@ -66,49 +66,49 @@ REFUSALS: dict[str, tuple[dict[str, Any], tuple[str, str], str, str]] = {
         {"tools": [{"type": "web_search"}]},
         UNSUPPORTED,
         "tools.0.type",
-        "tools.0.type: web_search is one of OpenAI's built-in tools, which this node does not "
-        "run; it takes tools of type function",
+        "tools.0.type: web_search is one of OpenAI's hosted tools, which this node does not "
+        "run; it takes tools of type function, custom and namespace",
     ),
     "file_search": (
         {"tools": [TOOL, {"type": "file_search", "vector_store_ids": ["vs_1"]}]},
         UNSUPPORTED,
         "tools.1.type",
-        "tools.1.type: file_search is one of OpenAI's built-in tools, which this node does not "
-        "run; it takes tools of type function",
+        "tools.1.type: file_search is one of OpenAI's hosted tools, which this node does not "
+        "run; it takes tools of type function, custom and namespace",
     ),
     "code_interpreter": (
         {"tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]},
         UNSUPPORTED,
         "tools.0.type",
-        "tools.0.type: code_interpreter is one of OpenAI's built-in tools, which this node does "
-        "not run; it takes tools of type function",
+        "tools.0.type: code_interpreter is one of OpenAI's hosted tools, which this node does "
+        "not run; it takes tools of type function, custom and namespace",
     ),
     "computer_use": (
         {"tools": [{"type": "computer_use_preview", "display_width": 1024}]},
         UNSUPPORTED,
         "tools.0.type",
-        "tools.0.type: computer_use_preview is one of OpenAI's built-in tools, which this node "
-        "does not run; it takes tools of type function",
+        "tools.0.type: computer_use_preview is one of OpenAI's hosted tools, which this node "
+        "does not run; it takes tools of type function, custom and namespace",
     ),
     "mcp": (
         {"tools": [{"type": "mcp", "server_label": "x", "server_url": "https://x"}]},
         UNSUPPORTED,
         "tools.0.type",
-        "tools.0.type: mcp is one of OpenAI's built-in tools, which this node does not run; it "
-        "takes tools of type function",
+        "tools.0.type: mcp is one of OpenAI's hosted tools, which this node does not run; it "
+        "takes tools of type function, custom and namespace",
     ),
     "a built-in tool choice": (
         {"tools": [TOOL], "tool_choice": {"type": "web_search_preview"}},
         UNSUPPORTED,
         "tool_choice.type",
         "tool_choice.type: web_search_preview is not supported on this node; it takes none, "
-        "auto, required or {type: function, name}",
+        "auto, required, {type: function, name} or {type: custom, name}",
     ),
     "a named tool not listed": (
         {"tools": [TOOL], "tool_choice": {"type": "function", "name": "g"}},
         INVALID,
         "tool_choice.name",
-        "tool_choice.name: g is not one of tools",
+        "tool_choice.name: g is not one of the functions in tools",
     ),
     "required without tools": (
         {"tool_choice": "required"},
@@ -141,7 +141,8 @@ REFUSALS: dict[str, tuple[dict[str, Any], tuple[str, str], str, str]] = {
         UNSUPPORTED,
         "input.0.type",
         "input.0.type: web_search_call items are not taken on this node (it takes message, "
-        "function_call, function_call_output, reasoning)",
+        "function_call, function_call_output, custom_tool_call, custom_tool_call_output, "
+        "reasoning)",
     ),
     "a file part": (
         {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},

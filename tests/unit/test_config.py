@@ -68,8 +68,10 @@ def test_both_entry_points_take_serve(command: list[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    "argv", [["--engine", "vllm"], ["--device", "tpu"], ["--log-level", "loud"]]
-)
+    "argv",
+    [["--engine", "vllm"], ["--device", "tpu"], ["--log-level", "loud"],
+     ["--compat", "claude-code,aider"], ["--compat", "none,codex"]],
+)  # fmt: skip
 def test_unknown_choices_are_refused_at_start(argv: list[str]) -> None:
     with pytest.raises(SystemExit, match=argv[0]):
         settings(argv)
@@ -106,3 +108,25 @@ def test_sglang_server_arguments_become_sglangs_command_line() -> None:
 
     args = {"model_path": "/m", "tp_size": 2, "enable_metrics": True, "x": False, "y": None}
     assert cli_args(args) == ["--model-path", "/m", "--tp-size", "2", "--enable-metrics"]
+
+
+def test_compat_takes_one_profile_or_several() -> None:
+    both = settings(["--compat", "claude-code,codex"])
+    assert both.compat_with("claude-code") and both.compat_with("codex")
+    codex = settings(["--compat", "codex"])
+    assert codex.compat_with("codex") and not codex.compat_with("claude-code")
+    assert not settings([]).compat_with("codex")
+
+
+def test_sampling_left_unset_follows_the_models_generation_config(tmp_path: Path) -> None:
+    from server.config import default_cache_dir
+    from server.models.card import sampling_defaults
+    from server.models.embedded import ensure_converted
+
+    (tmp_path / "generation_config.json").write_text(
+        '{"temperature": 0.6, "top_k": 20, "do_sample": true, "max_new_tokens": 9}'
+    )
+    assert sampling_defaults(str(tmp_path)) == {"temperature": 0.6, "top_k": 20}
+    assert sampling_defaults(str(tmp_path / "missing")) == {}
+    embedded = ensure_converted(default_cache_dir())
+    assert sampling_defaults(str(embedded)) == {"temperature": 0.2, "top_p": 0.9}

@@ -60,6 +60,8 @@ SAMPLES = [
     call("a", '{"x": "}{\\"}"}') + "\n" + call("b", '{"n": [1, {"m": 2}]}'),
     "<tool_call> is how I would call, but not now.",
     "a < b <tool",
+    "Patching.\n" + CHATML.call("apply_patch", "*** Begin\n+a }\n</tool\n*** End", True),
+    CHATML.call("ns.exec", 'ls -l "x"', True) + "\n" + call("ns.get", '{"a": "\\"}\\n"}'),
 ]
 
 
@@ -113,6 +115,42 @@ def test_a_call_cut_short_still_closes() -> None:
 def test_text_after_a_call_starts_at_its_first_visible_character() -> None:
     events = merged(parse(call("f", "{}") + "\n\nDone.", 3))
     assert events[-1] == TextDelta("Done.")
+
+
+def test_a_free_form_call_gives_its_input_as_it_is() -> None:
+    patch = '*** Begin Patch\n+{"a": 1}\n+</tool_call\n*** End Patch'
+    for pieces in (1, 4, None):
+        events = merged(parse("Here.\n" + CHATML.call("apply_patch", patch, True), pieces))
+        assert events == [
+            TextDelta("Here.\n"),
+            ToolCallStart(0, "id0", "apply_patch"),
+            ToolCallDelta(0, patch),
+            ToolCallEnd(0),
+        ]
+
+
+def test_free_form_and_json_calls_in_one_answer() -> None:
+    text = CHATML.call("ns.exec", "ls", True) + "\n" + call("ns.get", '{"a": "}\\n"}')
+    events = merged(parse(text, 1))
+    assert events == [
+        ToolCallStart(0, "id0", "ns.exec"),
+        ToolCallDelta(0, "ls"),
+        ToolCallEnd(0),
+        ToolCallStart(1, "id1", "ns.get"),
+        ToolCallDelta(1, '{"a": "}\\n"}'),
+        ToolCallEnd(1),
+    ]
+
+
+def test_a_free_form_call_cut_short_is_closed_incomplete() -> None:
+    text = CHATML.call("run", "echo hi\n</tool", True)
+    cut = text.index("\n</tool_call>") + 4  # max_tokens ends it inside the end tag
+    events = merged(parse(text[:cut], 2))
+    assert events == [
+        ToolCallStart(0, "id0", "run"),
+        ToolCallDelta(0, "echo hi\n</tool\n</t"),
+        ToolCallEnd(0, complete=False),
+    ]
 
 
 THINKING = families()[0].thinking

@@ -14,23 +14,20 @@ from server.canonical import (
     Sampling,
     ThinkingConfig,
     ThinkingMode,
-    Tool,
-    ToolChoice,
-    ToolChoiceKind,
 )
 from server.errors import InvalidRequest, UnsupportedParameter
 from server.protocols.fields import Fields
-from server.protocols.openai.decode import EMPTY_PARAMETERS, NAME
+from server.protocols.openai.decode import NAME
 from server.protocols.responses.input import STATELESS, conversation
-from server.protocols.rules import json_schema, tool_names
+from server.protocols.responses.tools import (
+    CallTarget,
+    ResponsesOptions,
+    targets,
+    tool_choice,
+    tools,
+)
+from server.protocols.rules import json_schema
 
-# OpenAI's tools that run on its side: named in the refusal, so a client knows why.
-BUILT_IN_TOOLS = (
-    "web_search", "web_search_preview", "web_search_2025_08_26",
-    "web_search_preview_2025_03_11", "file_search", "code_interpreter", "computer",
-    "computer_use", "computer_use_preview", "mcp", "image_generation", "local_shell", "shell",
-    "apply_patch", "custom",
-)  # fmt: skip
 # reasoning.effort -> the reasoning's budget of tokens (the grammar closes it when spent);
 # the answer's max_output_tokens bounds both. "none" answers without reasoning.
 REASONING_BUDGETS = {"minimal": 256, "low": 1024, "medium": 4096, "high": 16384, "xhigh": 32768}
@@ -57,16 +54,20 @@ class ResponsesEcho:
     user: str | None = None
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
+    # The names the model may call, as their calls come back (the name inside a namespace).
+    targets: dict[str, CallTarget] = field(default_factory=dict)
 
 
-def decode_responses(body: Any) -> tuple[GenerateRequest, ResponsesEcho]:
+def decode_responses(
+    body: Any, options: ResponsesOptions | None = None
+) -> tuple[GenerateRequest, ResponsesEcho]:
     fields = Fields(body)
     model = fields.string("model", required=True, min_length=1, max_length=256)
     _stateless(fields)
     instructions = fields.value.get("instructions")
     messages = conversation(fields)
-    tools, wire_tools = _tools(fields)
-    choice, wire_choice = _tool_choice(fields, tools)
+    found, wire_tools = tools(fields, options or ResponsesOptions())
+    choice, wire_choice = tool_choice(fields, found)
     response_format, wire_text = _text(fields)
     thinking, wire_reasoning = _reasoning(fields)
     logprobs = _include(fields)
@@ -83,7 +84,7 @@ def decode_responses(body: Any) -> tuple[GenerateRequest, ResponsesEcho]:
         messages=messages,
         sampling=sampling,
         stream=fields.boolean("stream") or False,
-        tools=tools,
+        tools=found,
         tool_choice=choice,
         response_format=response_format,
         thinking=thinking,
@@ -106,6 +107,7 @@ def decode_responses(body: Any) -> tuple[GenerateRequest, ResponsesEcho]:
         user=fields.string("user"),
         prompt_cache_key=fields.string("prompt_cache_key"),  # the prefix cache needs no key
         safety_identifier=fields.string("safety_identifier"),
+        targets=targets(found),
     )
     fields.object("client_metadata")  # what a client says about itself (Codex): ignored
     fields.done()
@@ -181,74 +183,6 @@ def _metadata(fields: Fields) -> dict[str, str]:
         taken[key] = metadata.string(key, required=True, max_length=512)
     metadata.done()
     return taken
-
-
-def _tools(fields: Fields) -> tuple[tuple[Tool, ...], tuple[dict[str, Any], ...]]:
-    tools, wire = [], []
-    for path, item in fields.items("tools"):
-        tool = Fields(item, path)
-        kind = tool.string("type", required=True)
-        if kind in BUILT_IN_TOOLS:
-            raise UnsupportedParameter(
-                f"{path}.type: {kind} is one of OpenAI's built-in tools, which this node does "
-                "not run; it takes tools of type function",
-                param=f"{path}.type",
-            )
-        if kind != "function":
-            raise InvalidRequest(f"{path}.type must be function", param=f"{path}.type")
-        name = tool.string("name", required=True)
-        description = tool.string("description")
-        parameters = tool.raw("parameters")
-        schema = EMPTY_PARAMETERS
-        if parameters is not None:
-            schema = json_schema(parameters, f"{path}.parameters")
-        strict = tool.boolean("strict")
-        tool.done()
-        tools.append(Tool(name, description, schema, strict is not False, f"{path}.parameters"))
-        wire.append(
-            {
-                "type": "function",
-                "name": name,
-                "description": description,
-                "parameters": parameters,
-                "strict": strict is not False,
-            }
-        )
-    tool_names([(f"tools.{i}.name", t.name) for i, t in enumerate(tools)], NAME, 64)
-    return tuple(tools), tuple(wire)
-
-
-def _tool_choice(fields: Fields, tools: tuple[Tool, ...]) -> tuple[ToolChoice, Any]:
-    parallel = fields.boolean("parallel_tool_calls")
-    parallel = True if parallel is None else parallel
-    value = fields.raw("tool_choice")
-    if value is None or value == "auto":
-        return ToolChoice(ToolChoiceKind.AUTO, parallel=parallel), "auto"
-    if value == "none":
-        return ToolChoice(ToolChoiceKind.NONE, parallel=parallel), "none"
-    if value == "required":
-        if not tools:
-            raise InvalidRequest("tool_choice required needs tools", param="tool_choice")
-        return ToolChoice(ToolChoiceKind.ANY, parallel=parallel), "required"
-    if not isinstance(value, dict):
-        raise InvalidRequest(
-            "tool_choice must be none, auto, required or a function choice", param="tool_choice"
-        )
-    choice = Fields(value, "tool_choice")
-    kind = choice.string("type", required=True)
-    if kind != "function":
-        raise UnsupportedParameter(
-            f"tool_choice.type: {kind} is not supported on this node; it takes none, auto, "
-            "required or {type: function, name}",
-            param="tool_choice.type",
-        )
-    name = choice.string("name", required=True)
-    choice.done()
-    if name not in {tool.name for tool in tools}:
-        raise InvalidRequest(
-            f"tool_choice.name: {name} is not one of tools", param="tool_choice.name"
-        )
-    return ToolChoice(ToolChoiceKind.NAMED, name, parallel), {"type": "function", "name": name}
 
 
 def _text(fields: Fields) -> tuple[ResponseFormat | None, dict[str, Any]]:

@@ -1,5 +1,6 @@
 """Canonical events -> the OpenAI Responses API: the `response` object, its output items
-(`reasoning`, `message` with `output_text`, `function_call`), and the typed stream events with
+(`reasoning`, `message` with `output_text`, `function_call`, `custom_tool_call`, a call inside a
+namespace with its `namespace`), and the typed stream events with
 their `sequence_number`. The streamed items are built by the same functions as the JSON body's,
 and the stream's last event carries the whole response, as the JSON body would be."""
 
@@ -20,7 +21,6 @@ from server.canonical import (
     ThinkingDelta,
     ThinkingEnd,
     TokenLogprob,
-    ToolCall,
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
@@ -31,8 +31,13 @@ from server.protocols import sse
 from server.protocols.context import ResponseContext
 from server.protocols.openai.encode import CALL_PREFIX
 from server.protocols.responses.decode import ResponsesEcho
+from server.protocols.responses.tools import CallTarget
 
 Status = Literal["in_progress", "completed", "incomplete", "failed"]
+_DELTAS = {
+    "function_call": "response.function_call_arguments.delta",
+    "custom_tool_call": "response.custom_tool_call_input.delta",
+}
 
 
 def response_object(
@@ -125,16 +130,28 @@ def text_part(text: str, logprobs: Sequence[TokenLogprob] = ()) -> dict[str, Any
 
 
 def call_item(
-    item_id: str, call_id: str, name: str, arguments: str, status: Status
+    item_id: str, call_id: str, target: CallTarget, arguments: str, status: Status
 ) -> dict[str, Any]:
-    return {
+    """A function call (`arguments`, JSON) or a custom tool call (`input`, free-form)."""
+    item: dict[str, Any] = {
         "id": item_id,
-        "type": "function_call",
+        "type": "custom_tool_call" if target.custom else "function_call",
         "status": status,
-        "arguments": arguments,
+        "input" if target.custom else "arguments": arguments,
         "call_id": CALL_PREFIX + call_id,
-        "name": name,
+        "name": target.name,
     }
+    if target.namespace is not None:
+        item["namespace"] = target.namespace
+    return item
+
+
+def _target(echo: ResponsesEcho, name: str) -> CallTarget:
+    return echo.targets.get(name) or CallTarget(name)
+
+
+def _call_prefix(target: CallTarget) -> str:
+    return "ctc" if target.custom else "fc"
 
 
 def logprobs_body(tokens: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
@@ -158,26 +175,22 @@ def response_body(answer: Answer, context: ResponseContext, echo: ResponsesEcho)
     logprobs: Sequence[TokenLogprob] = answer.logprobs if context.logprobs else ()
     last = len(answer.content) - 1
     for index, block in enumerate(answer.content):
-        item_id = _item_id(block, context.request_id, len(output))
         if isinstance(block, Thinking):
+            item_id = output_item_id("rs", context.request_id, len(output))
             output.append(reasoning_item(item_id, block.text))
         elif isinstance(block, Text):
+            item_id = output_item_id("msg", context.request_id, len(output))
             output.append(message_item(item_id, status, [text_part(block.text, logprobs)]))
             logprobs = ()  # every token's, on the first text
         else:
             cut = answer.cut_call and index == last
             call_status: Status = "incomplete" if cut else "completed"
-            output.append(call_item(item_id, block.id, block.name, block.arguments, call_status))
+            target = _target(echo, block.name)
+            item_id = output_item_id(_call_prefix(target), context.request_id, len(output))
+            output.append(call_item(item_id, block.id, target, block.arguments, call_status))
     body = response_object(context, echo, status, output, answer.finish)
     body["b3os"] = context.b3os(streamed=False)
     return body
-
-
-_PREFIXES = {Thinking: "rs", Text: "msg", ToolCall: "fc"}
-
-
-def _item_id(block: Text | Thinking | ToolCall, request_id: str, index: int) -> str:
-    return output_item_id(_PREFIXES[type(block)], request_id, index)
 
 
 class ResponseStream:
@@ -230,16 +243,17 @@ class ResponseStream:
             return self._close()
         if isinstance(event, ToolCallStart):
             out = self._close()
-            item_id = output_item_id("fc", self._context.request_id, self._index)
-            self._open = call_item(item_id, event.id, event.name, "", "in_progress")
+            target = _target(self._echo, event.name)
+            item_id = output_item_id(_call_prefix(target), self._context.request_id, self._index)
+            self._open = call_item(item_id, event.id, target, "", "in_progress")
             return out + self._event(
                 "response.output_item.added", output_index=self._index, item=self._open
             )
         if isinstance(event, ToolCallDelta):
             self._pieces.append(event.arguments)
-            return self._event(
-                "response.function_call_arguments.delta", **self._item_ref(), delta=event.arguments
-            )
+            assert self._open is not None
+            kind = _DELTAS[self._open["type"]]
+            return self._event(kind, **self._item_ref(), delta=event.arguments)
         if isinstance(event, ToolCallEnd):
             return self._close("completed" if event.complete else "incomplete")
         return self._finish(event)
@@ -320,6 +334,9 @@ class ResponseStream:
                 part=summary_part(text),
             )
             item = reasoning_item(item["id"], text)
+        elif item["type"] == "custom_tool_call":
+            out += self._event("response.custom_tool_call_input.done", **ref, input=text)
+            item = {**item, "input": text, "status": status}
         else:
             out += self._event(
                 "response.function_call_arguments.done", **ref, name=item["name"], arguments=text

@@ -1,6 +1,7 @@
 """Responses `instructions` and `input` -> canonical messages. The node keeps no conversation, so
 `input` is the whole of it: messages, and the items of earlier answers sent back as they came
-(reasoning, function calls, their outputs), which join the assistant turn they belong to."""
+(reasoning, function and custom tool calls, their outputs), which join the assistant turn they
+belong to. A call inside a namespace is the model's `namespace.name`."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ _ROLES: dict[str, Role] = {
     "user": "user",
     "assistant": "assistant",
 }
-ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
+ITEM_TYPES = (
+    "message", "function_call", "function_call_output", "custom_tool_call",
+    "custom_tool_call_output", "reasoning",
+)  # fmt: skip
 # Parts each role may send: what clients write, and what an earlier answer held.
 _PARTS: dict[Role, tuple[str, ...]] = {
     "system": ("input_text",),
@@ -74,15 +78,22 @@ def _item(found: list[Message], path: str, item: Any) -> None:
             _assistant(found, parts)
         else:
             found.append(Message(role, parts))
-    elif kind == "function_call":
+    elif kind in ("function_call", "custom_tool_call"):
+        custom = kind == "custom_tool_call"
         call_id = fields.string("call_id", required=True, min_length=1)
         name = fields.string("name", required=True, min_length=1)
-        arguments = fields.string("arguments", required=True)
+        namespace = fields.string("namespace")
+        arguments = fields.string("input" if custom else "arguments", required=True)
+        _caller(fields)
         fields.done()
-        _assistant(found, (ToolCall(call_id, name, arguments),))
-    elif kind == "function_call_output":
+        name = f"{namespace}.{name}" if namespace else name
+        _assistant(found, (ToolCall(call_id, name, arguments, free_form=custom),))
+    elif kind in ("function_call_output", "custom_tool_call_output"):
         call_id = fields.string("call_id", required=True, min_length=1)
         output = _parts(fields, "output", ("input_text", "input_image"))
+        fields.string("name")  # the tool's, which the call it answers names already
+        fields.string("namespace")
+        _caller(fields)
         fields.done()
         found.append(Message("tool", (ToolResult(call_id, output),)))
     else:
@@ -90,6 +101,14 @@ def _item(found: list[Message], path: str, item: Any) -> None:
         fields.done()
         if text:
             _assistant(found, (Thinking(text),))
+
+
+def _caller(fields: Fields) -> None:
+    """Who made the call: the model itself (`direct`) is the only caller on this node."""
+    caller = fields.object("caller")
+    if caller is not None:
+        caller.choice("type", ("direct",), required=True)
+        caller.done()
 
 
 def _assistant(found: list[Message], parts: tuple[Part, ...]) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from server.protocols.responses.decode import BUILT_IN_TOOLS, INCLUDABLE, REASONING_BUDGETS
+from server.protocols.responses.decode import INCLUDABLE, REASONING_BUDGETS
+from server.protocols.responses.tools import HOSTED_TOOLS, MAX_DEFINITION
 from server.protocols.schema import (
     BOOLEAN,
     JSON_SCHEMA,
@@ -53,34 +54,53 @@ def _message(roles: tuple[str, ...], parts: tuple[Schema, ...]) -> Schema:
     )
 
 
+CALLER = obj({"type": const("direct")}, ("type",))
+
+
+def _call(kind: str, payload: str) -> Schema:
+    """A function call (JSON `arguments`) or a custom tool call (free-form `input`)."""
+    return obj(
+        {
+            "type": const(kind),
+            "call_id": string(minLength=1),
+            "name": string(minLength=1),
+            payload: string(),
+            "namespace": string(),
+            "caller": CALLER,
+            "id": string(),
+            "status": STATUS,
+        },
+        ("type", "call_id", "name", payload),
+    )
+
+
+def _output(kind: str) -> Schema:
+    return obj(
+        {
+            "type": const(kind),
+            "call_id": string(minLength=1),
+            "output": {
+                "anyOf": [string(), array({"anyOf": [INPUT_TEXT, INPUT_IMAGE]}, null=False)]
+            },
+            "name": string(),
+            "namespace": string(),
+            "caller": CALLER,
+            "id": string(),
+            "status": STATUS,
+        },
+        ("type", "call_id", "output"),
+    )
+
+
 ITEM = {
     "anyOf": [
         _message(("user",), (INPUT_TEXT, INPUT_IMAGE)),
         _message(("system", "developer"), (INPUT_TEXT,)),
         _message(("assistant",), (OUTPUT_TEXT, REFUSAL)),
-        obj(
-            {
-                "type": const("function_call"),
-                "call_id": string(minLength=1),
-                "name": string(minLength=1),
-                "arguments": string(),
-                "id": string(),
-                "status": STATUS,
-            },
-            ("type", "call_id", "name", "arguments"),
-        ),
-        obj(
-            {
-                "type": const("function_call_output"),
-                "call_id": string(minLength=1),
-                "output": {
-                    "anyOf": [string(), array({"anyOf": [INPUT_TEXT, INPUT_IMAGE]}, null=False)]
-                },
-                "id": string(),
-                "status": STATUS,
-            },
-            ("type", "call_id", "output"),
-        ),
+        _call("function_call", "arguments"),
+        _call("custom_tool_call", "input"),
+        _output("function_call_output"),
+        _output("custom_tool_call_output"),
         obj(
             {
                 "type": const("reasoning"),
@@ -98,24 +118,70 @@ ITEM = {
         ),
     ],
     "description": "A message (type may be left out), or an item of an earlier answer sent "
-    "back: function_call, function_call_output, reasoning.",
+    "back: function_call, custom_tool_call, their outputs, reasoning.",
 }
-TOOL = obj(
+# Taken as sent; true (tool search) and callers other than the model are refused.
+_DEFERRAL = {"defer_loading": {"enum": [False, None]}, "allowed_callers": array(enum("direct"))}
+FUNCTION_TOOL = obj(
     {
         "type": const("function"),
         "name": NAME,
         "description": string(),
         "parameters": JSON_SCHEMA,
         "strict": BOOLEAN,
+        "output_schema": {"type": ["object", "null"]},
+        **_DEFERRAL,
     },
     ("type", "name"),
-    description=f"Function tools only; OpenAI's built-in tools ({', '.join(BUILT_IN_TOOLS)}) "
-    "are refused by name.",
 )
+CUSTOM_TOOL = obj(
+    {
+        "type": const("custom"),
+        "name": NAME,
+        "description": string(),
+        "format": {
+            "anyOf": [
+                obj({"type": const("text")}, ("type",)),
+                obj(
+                    {
+                        "type": const("grammar"),
+                        "syntax": enum("lark", "regex"),
+                        "definition": string(minLength=1, maxLength=MAX_DEFINITION),
+                    },
+                    ("type", "syntax", "definition"),
+                ),
+            ]
+        },
+        **_DEFERRAL,
+    },
+    ("type", "name"),
+    description="Free-form input: any text, or text the grammar (Lark or a regular "
+    "expression, compiled by xgrammar) holds it to; one that cannot be compiled is a 400.",
+)
+TOOL = {
+    "anyOf": [
+        FUNCTION_TOOL,
+        CUSTOM_TOOL,
+        obj(
+            {
+                "type": const("namespace"),
+                "name": NAME,
+                "description": string(),
+                "tools": array({"anyOf": [FUNCTION_TOOL, CUSTOM_TOOL]}, null=False),
+            },
+            ("type", "name", "description", "tools"),
+            description="Function and custom tools under a name: a call comes back with its "
+            "namespace.",
+        ),
+    ],
+    "description": f"OpenAI's hosted tools ({', '.join(HOSTED_TOOLS)}) are refused by name, "
+    "or left out of what the model sees with --compat codex.",
+}
 TOOL_CHOICE = {
     "anyOf": [
         enum("none", "auto", "required", None),
         obj({"type": const("function"), "name": string()}, ("type", "name")),
+        obj({"type": const("custom"), "name": string()}, ("type", "name")),
     ]
 }
 TEXT_FORMAT = {
