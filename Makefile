@@ -38,10 +38,10 @@ $(STAMP): pyproject.toml requirements/sglang-cpu.txt requirements/constraints.tx
 		|| { echo "make install: the environment does not import; see above"; exit 1; }
 	@touch $(STAMP)
 
-# The Node clients the tests run for real: the Anthropic SDK, two Claude Code versions, and the
-# OpenAI SDK and the Vercel AI SDK for the Responses API.
+# The Node clients the tests run for real: the Anthropic SDK, two Claude Code versions, the Codex
+# CLI and opencode, and the OpenAI SDK and the Vercel AI SDK for the Responses API.
 $(CLIENTS): $(NODE)/package.json $(NODE)/package-lock.json
-	@echo "==> the Node clients the tests run (npm: @anthropic-ai/sdk, @anthropic-ai/claude-code, openai, ai, @ai-sdk/openai)"
+	@echo "==> the Node clients the tests run (npm: @anthropic-ai/sdk, @anthropic-ai/claude-code, @openai/codex, opencode-ai, openai, ai, @ai-sdk/openai)"
 	cd $(NODE) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $(CLIENTS)
 

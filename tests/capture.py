@@ -1,6 +1,8 @@
-"""A capturing stand-in for the Messages API on a loopback port: it keeps each request body a
-client sends and answers with the smallest valid message (streamed when asked), so that a client
-such as Claude Code runs to its end. What was captured is replayed against the real server."""
+"""What a client really sends, kept. `capturing`: a stand-in for the Messages API on a loopback
+port that answers with the smallest valid message (streamed when asked), so that a client such as
+Claude Code runs to its end; what was captured is replayed against the real server. `recording`:
+a proxy in front of the real server, so that a client's live requests are kept as they are
+served (Codex, opencode)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import httpx
 
 MESSAGE = {
     "id": "msg_captured",
@@ -68,6 +72,56 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _CaptureServer(ThreadingHTTPServer):
     captured: list[tuple[str, Any]]
+
+
+class _ForwardHandler(BaseHTTPRequestHandler):
+    """Keeps each body and passes the request to the real server, its answer back as it comes
+    (a stream stays a stream)."""
+
+    server: _RecordingServer
+    protocol_version = "HTTP/1.0"  # the answer ends when the connection closes
+
+    def do_POST(self) -> None:
+        size = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(size)
+        self.server.captured.append((self.path, json.loads(raw or b"{}")))
+        headers = {k: v for k, v in self.headers.items() if k.lower() in _FORWARDED}
+        url = self.server.upstream + self.path
+        with httpx.stream("POST", url, content=raw, headers=headers, timeout=900) as answer:
+            self.send_response(answer.status_code)
+            self.send_header("content-type", answer.headers.get("content-type", ""))
+            self.end_headers()
+            for chunk in answer.iter_raw():
+                self.wfile.write(chunk)
+                self.wfile.flush()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        del format, args
+
+
+_FORWARDED = ("authorization", "content-type", "accept", "x-api-key", "anthropic-version",
+              "anthropic-beta")  # fmt: skip
+
+
+class _RecordingServer(ThreadingHTTPServer):
+    captured: list[tuple[str, Any]]
+    upstream: str
+
+
+@contextmanager
+def recording(upstream: str) -> Iterator[_RecordingServer]:
+    """A proxy on a free port in front of `upstream` (the real server's origin): `.captured`
+    holds (path, body) of what went through it, in arrival order."""
+    server = _RecordingServer(("127.0.0.1", 0), _ForwardHandler)
+    server.captured = []
+    server.upstream = upstream
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @contextmanager

@@ -1,8 +1,9 @@
-"""A second real server for the API tests, started once, with what the session's server does not
-use: TLS (ALPN chooses HTTP/2 or HTTP/1.1), the model given as a folder with its own served
-name, `--system-in-messages keep`, and a runtime that runs one request at a time and lets the
-next wait 1 s at most (tests/api/test_prefill.py). What it answered while its engine was still
-starting is kept for tests/api/test_configured_server.py."""
+"""Servers for the API tests beyond the session's, each started once: one with what the session's
+server does not use (TLS, where ALPN chooses HTTP/2 or HTTP/1.1; the model given as a folder with
+its own served name; `--system-in-messages keep`; a runtime that runs one request at a time and
+lets the next wait 1 s at most, for tests/api/test_prefill.py), keeping what it answered while its
+engine was still starting (tests/api/test_configured_server.py); and the agents' node, a front
+with `--compat claude-code,codex` on the session's SGLang server."""
 
 from __future__ import annotations
 
@@ -87,3 +88,28 @@ def tls_model(tls_server: ServerProcess, trust: ssl.SSLContext) -> str:
         [card] = client.get(f"{tls_server.base_url}/models").json()["data"]
     assert card["id"] == SERVED_NAME
     return str(card["id"])
+
+
+@pytest.fixture(scope="session")
+def agent_node(
+    sglang_server: ServerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """A node as the README starts it for Claude Code and Codex, on the session's SGLang
+    server."""
+    node = ServerProcess(
+        tmp_path_factory.mktemp("agent-node") / "server.log",
+        "--engine", "sglang-remote",
+        "--engine-url", sglang_server.origin,
+        "--compat", "claude-code,codex",
+    )  # fmt: skip
+    with node.running():
+        yield node
+
+
+def served(node: ServerProcess, route: str) -> list[str]:
+    """The request ids of the requests to `route` the node answered 200 (its access log)."""
+    return [
+        line.split()[-1]
+        for line in node.log_text().splitlines()
+        if f'"POST {route}' in line and " 200 " in line and "count_tokens" not in line
+    ]

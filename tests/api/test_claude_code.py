@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.api.conftest import served
 from tests.api.contract import MODEL
 from tests.capture import capturing
 from tests.conftest import repo_root
@@ -54,28 +54,9 @@ def claude(version: str, base_url: str, cwd: Path, *args: str) -> subprocess.Com
     )
 
 
-@pytest.fixture(scope="module")
-def agent_node(
-    sglang_server: ServerProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    node = ServerProcess(
-        tmp_path_factory.mktemp("claude-node") / "server.log",
-        "--engine", "sglang-remote",
-        "--engine-url", sglang_server.origin,
-        "--compat", "claude-code",
-    )  # fmt: skip
-    with node.running():
-        yield node
-
-
 def served_messages(node: ServerProcess) -> list[str]:
     """The request ids of Messages requests the node answered 200 (its access log)."""
-    lines = node.log_text().splitlines()
-    return [
-        line.split()[-1]
-        for line in lines
-        if '"POST /v1/infer/v1/messages' in line and " 200 " in line and "count_tokens" not in line
-    ]
+    return served(node, "/v1/infer/v1/messages")
 
 
 @pytest.mark.parametrize("version", VERSIONS)
