@@ -18,7 +18,7 @@ from server.canonical import (
     ToolChoiceKind,
     ToolResult,
 )
-from server.errors import InvalidRequest, UnsupportedParameter
+from server.errors import InferError, InvalidRequest, UnsupportedParameter
 from server.protocols.anthropic.decode import DecodeOptions, decode_count_tokens, decode_messages
 
 
@@ -324,3 +324,34 @@ def test_a_thread_is_refused_with_the_code_the_sdks_fall_back_on() -> None:
         decode_messages(body(thread={"type": "create"}))
     assert raised.value.param == "thread"
     assert raised.value.details == {"error_code": "thread_unsupported_request"}
+
+
+def test_hints_of_anthropics_current_definitions_are_taken() -> None:
+    """What other agents send that changes nothing the node does: taken by default. Input
+    examples are shown to the model; what would change where or by whom a tool runs is not."""
+    tool = {
+        "name": "get_weather",
+        "description": "Weather.",
+        "input_schema": SCHEMA,
+        "eager_input_streaming": True,
+        "input_examples": [{"city": "Oslo"}],
+        "allowed_callers": ["direct"],
+        "defer_loading": False,
+        "cache_control": {"type": "ephemeral"},
+    }
+    request = decode_messages(
+        body(tools=[tool], cache_control={"type": "ephemeral", "ttl": "1h"}, speed="fast",
+             diagnostics={"previous_response_id": "msg_1"})
+    )  # fmt: skip
+    [decoded] = request.tools
+    assert decoded.description == 'Weather.\n\nExamples of its input:\n{"city": "Oslo"}'
+    for member, value, param in (
+        ("allowed_callers", ["code_execution_20250825"], "tools.0.allowed_callers.0"),
+        ("input_examples", ["Oslo"], "tools.0.input_examples.0"),
+    ):
+        with pytest.raises(InferError) as raised:
+            decode_messages(body(tools=[{**tool, member: value}]))
+        assert raised.value.param == param
+    with pytest.raises(UnsupportedParameter) as refused:
+        decode_messages(body(inference_geo="eu"))  # a placement, not a hint
+    assert refused.value.param == "inference_geo"

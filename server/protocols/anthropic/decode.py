@@ -3,6 +3,7 @@ contract: taken, accepted and ignored, or refused as `unsupported_parameter`."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -98,6 +99,11 @@ def _ignored(fields: Fields, options: DecodeOptions) -> None:
         metadata.string("user_id")
     fields.string("service_tier")
     fields.object("context_management")
+    # Hints that change nothing the node does: the prefix cache needs no marker, there is one
+    # speed, and cache diagnostics have nothing to report.
+    cache_control(fields)
+    fields.choice("speed", ("standard", "fast"))
+    fields.object("diagnostics")
     if options.safeguards:
         _safeguards(fields)
 
@@ -173,13 +179,40 @@ def _tool(path: str, item: Any, options: DecodeOptions) -> Tool:
             param=f"{path}.type",
         )
     name = fields.string("name", required=True)
-    description = fields.string("description")
+    description = _with_examples(fields, fields.string("description"))
     schema = json_schema(fields.raw("input_schema", required=True), f"{path}.input_schema")
     strict = fields.boolean("strict") or False
-    deferred = bool(fields.boolean("defer_loading")) if options.tool_search else False
+    deferred = bool(fields.boolean("defer_loading"))
+    if deferred and not options.tool_search:
+        raise UnsupportedParameter(
+            f"{path}.defer_loading: true needs tool search, which this node takes with "
+            "--compat claude-code",
+            param=f"{path}.defer_loading",
+        )
     cache_control(fields)
+    fields.boolean("eager_input_streaming")  # input streams as it is written anyway
+    for where, caller in fields.items("allowed_callers"):
+        if caller != "direct":
+            raise UnsupportedParameter(
+                f"{where}: {caller!r} callers need code execution, which this node does not run; "
+                "tools are called by the model (direct)",
+                param=where,
+            )
     fields.done()
     return Tool(name, description, schema, strict, f"{path}.input_schema", deferred)
+
+
+def _with_examples(fields: Fields, description: str | None) -> str | None:
+    """`input_examples` are shown to the model after the tool's description."""
+    examples = []
+    for where, example in fields.items("input_examples"):
+        if not isinstance(example, dict):
+            raise InvalidRequest(f"{where} must be an object (a tool input)", param=where)
+        examples.append(json.dumps(example))
+    if not examples:
+        return description
+    shown = "Examples of its input:\n" + "\n".join(examples)
+    return f"{description}\n\n{shown}" if description else shown
 
 
 def _tool_choice(fields: Fields, tools: tuple[Tool, ...]) -> ToolChoice:

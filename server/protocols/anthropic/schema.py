@@ -105,9 +105,15 @@ TOOL = obj(
         "input_schema": JSON_SCHEMA,
         "strict": BOOLEAN,
         "cache_control": CACHE_CONTROL,
+        # Hints that change nothing here: taken. Examples are shown to the model.
+        "eager_input_streaming": BOOLEAN,
+        "input_examples": array(ANY_OBJECT),
+        "allowed_callers": array(enum("direct")),
+        "defer_loading": {"enum": [False, None]},
     },
     ("name", "input_schema"),
-    description="A custom tool; tools Anthropic defines or runs are unsupported_parameter.",
+    description="A custom tool; tools Anthropic defines or runs are unsupported_parameter, as "
+    "are callers other than direct and defer_loading: true (taken with --compat claude-code).",
 )
 TOOL_CHOICE = nullable(
     {
@@ -160,6 +166,10 @@ _CONVERSATION: dict[str, Schema] = {
     "metadata": nullable(obj({"user_id": {"type": ["string", "null"]}}, closed=False)),
     "service_tier": {"type": ["string", "null"]},
     "context_management": nullable(ANY_OBJECT),
+    # Caching and speed hints and cache diagnostics: accepted and ignored.
+    "cache_control": CACHE_CONTROL,
+    "speed": enum("standard", "fast", None),
+    "diagnostics": nullable(ANY_OBJECT),
 }
 MESSAGES_REQUEST = obj(
     {
