@@ -58,7 +58,7 @@ def opencode(base_url: str, home: Path, cwd: Path) -> subprocess.CompletedProces
     """`opencode run` with the README's opencode.json, pointed at base_url."""
     config = readme_block("### opencode", "json").replace(README_URL, base_url)
     cwd.mkdir(parents=True, exist_ok=True)
-    binary = repo_root() / "tests/node/node_modules/.bin/opencode"
+    binary = repo_root() / "tests/node/node_modules/opencode-linux-x64/bin/opencode"
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "B3OS_API_KEY": "x",
            "OPENCODE_CONFIG_CONTENT": config, "OPENCODE_DISABLE_AUTOUPDATE": "1",
            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1"}  # fmt: skip
