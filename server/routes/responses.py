@@ -23,6 +23,7 @@ async def create_response() -> Response:
     generation = state.ready()  # 503 until then, before the body is judged
     request, echo = decode_responses(await read_json(), state.responses_options)
     service = served(generation, request.model)
+    echo = echo.sampled_as(generation.card.sampling_defaults)
     body = partial(encode.response_body, echo=echo)
     stream = partial(encode.ResponseStream, echo=echo)
     return await answer(request, service, "responses", body, stream)

@@ -110,6 +110,8 @@ def test_the_json_body_as_openai_writes_it(http: httpx.Client, model: str) -> No
     assert data["text"] == {"format": {"type": "text"}}
     assert data["truncation"] == "disabled" and data["store"] is False
     assert data["error"] is None and data["background"] is False
+    # Left unset: sampled as the embedded model recommends (its generation_config.json).
+    assert (data["temperature"], data["top_p"]) == (0.2, 0.9)
     assert_usage(data["usage"], 8)
     assert_b3os(data["b3os"], streamed=False)
     [item] = data["output"]

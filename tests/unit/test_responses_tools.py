@@ -262,3 +262,14 @@ def test_the_openai_sdk_reads_both_items() -> None:
     custom, function = response.output
     assert custom.type == "custom_tool_call" and custom.input == "*** Begin Patch"
     assert function.type == "function_call" and function.name == "find"
+
+
+def test_the_response_repeats_the_sampling_the_answer_gets() -> None:
+    """What the request left unset is the model's recommendation; what it set, its own."""
+    defaults = {"temperature": 0.2, "top_p": 0.9}
+    _, echo = decode_responses(body())
+    assert (echo.temperature, echo.top_p) == (1.0, 1.0)  # OpenAI's, without a recommendation
+    sampled = echo.sampled_as(defaults)
+    assert (sampled.temperature, sampled.top_p) == (0.2, 0.9)
+    _, echo = decode_responses(body(temperature=0.7))
+    assert (echo.sampled_as(defaults).temperature, echo.sampled_as(defaults).top_p) == (0.7, 0.9)

@@ -5,7 +5,7 @@ refused with the reason."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from server.canonical import (
@@ -56,6 +56,20 @@ class ResponsesEcho:
     safety_identifier: str | None = None
     # The names the model may call, as their calls come back (the name inside a namespace).
     targets: dict[str, CallTarget] = field(default_factory=dict)
+    sampling_set: frozenset[str] = frozenset()  # temperature, top_p: those the request set
+
+    def sampled_as(self, defaults: dict[str, float]) -> ResponsesEcho:
+        """The temperature and top_p the answer is sampled with: the request's, else the
+        model's recommendation (which the node applies), else OpenAI's default of 1."""
+        temperature, top_p = (
+            defaults.get(name, getattr(self, name)) if name not in self.sampling_set else None
+            for name in ("temperature", "top_p")
+        )
+        return replace(
+            self,
+            temperature=self.temperature if temperature is None else temperature,
+            top_p=self.top_p if top_p is None else top_p,
+        )
 
 
 def decode_responses(
@@ -108,6 +122,9 @@ def decode_responses(
         prompt_cache_key=fields.string("prompt_cache_key"),  # the prefix cache needs no key
         safety_identifier=fields.string("safety_identifier"),
         targets=targets(found),
+        sampling_set=frozenset(
+            name for name in ("temperature", "top_p") if getattr(sampling, name) is not None
+        ),
     )
     fields.object("client_metadata")  # what a client says about itself (Codex): ignored
     fields.done()
