@@ -111,8 +111,8 @@ def _tool(fields: Fields, kind: str, found: list[Tool], namespace: str | None) -
         form, wire_format = _format(fields)
         fields.done()
         found.append(
-            Tool(qualified, description, EMPTY_PARAMETERS, True, f"{path}.format", False, form,
-                 namespace)
+            Tool(qualified, description, EMPTY_PARAMETERS, strict=True,
+                 schema_path=f"{path}.format", free_form=form, namespace=namespace)
         )  # fmt: skip
         return {"type": "custom", "name": name, "description": description, "format": wire_format}
     parameters = fields.raw("parameters")
@@ -120,7 +120,7 @@ def _tool(fields: Fields, kind: str, found: list[Tool], namespace: str | None) -
     if parameters is not None:
         schema = json_schema(parameters, f"{path}.parameters")
     strict = fields.boolean("strict")
-    fields.raw("output_schema")  # describes the output the client sends back: not the model's
+    fields.object("output_schema")  # the output the client sends back, not the model's: ignored
     fields.done()
     found.append(
         Tool(qualified, description, schema, strict is not False, f"{path}.parameters",
