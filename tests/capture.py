@@ -115,13 +115,8 @@ def recording(upstream: str) -> Iterator[_RecordingServer]:
     server = _RecordingServer(("127.0.0.1", 0), _ForwardHandler)
     server.captured = []
     server.upstream = upstream
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with _serving(server):
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @contextmanager
@@ -129,10 +124,17 @@ def capturing() -> Iterator[_CaptureServer]:
     """A capture server on a free port; `.captured` holds (path, body) in arrival order."""
     server = _CaptureServer(("127.0.0.1", 0), _Handler)
     server.captured = []
+    with _serving(server):
+        yield server
+
+
+@contextmanager
+def _serving(server: ThreadingHTTPServer) -> Iterator[None]:
+    """Serves in a thread of its own until the block ends."""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield server
+        yield
     finally:
         server.shutdown()
         server.server_close()

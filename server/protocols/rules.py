@@ -12,6 +12,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from server.errors import InvalidRequest, UnsupportedParameter
+from server.protocols.fields import Fields
 
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_SCHEMA_DEPTH = 32
@@ -74,6 +75,18 @@ def tool_names(names: list[tuple[str, str]], pattern: re.Pattern[str], limit: in
         if name in seen:
             raise InvalidRequest(f"{path}: tool names must be unique; {name} repeats", param=path)
         seen.add(name)
+
+
+def direct_callers(fields: Fields) -> None:
+    """A tool's `allowed_callers`: only the model itself calls tools here (`direct`); other
+    callers (programmatic tool calling) need code execution, which this node does not run."""
+    for path, caller in fields.items("allowed_callers"):
+        if caller != "direct":
+            raise UnsupportedParameter(
+                f"{path}: {caller!r} callers need code execution, which this node does not run; "
+                "tools are called by the model (direct)",
+                param=path,
+            )
 
 
 def https_url(url: str, path: str) -> str:

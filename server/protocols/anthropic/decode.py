@@ -24,7 +24,7 @@ from server.errors import InvalidRequest, UnsupportedParameter
 from server.protocols.anthropic.content import cache_control, messages, system_prompt
 from server.protocols.anthropic.options import DecodeOptions
 from server.protocols.fields import Fields
-from server.protocols.rules import json_schema, tool_names
+from server.protocols.rules import direct_callers, json_schema, tool_names
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,128}")
 MAX_STOP_SEQUENCES = 32  # what the runtime matches
@@ -191,13 +191,7 @@ def _tool(path: str, item: Any, options: DecodeOptions) -> Tool:
         )
     cache_control(fields)
     fields.boolean("eager_input_streaming")  # input streams as it is written anyway
-    for where, caller in fields.items("allowed_callers"):
-        if caller != "direct":
-            raise UnsupportedParameter(
-                f"{where}: {caller!r} callers need code execution, which this node does not run; "
-                "tools are called by the model (direct)",
-                param=where,
-            )
+    direct_callers(fields)
     fields.done()
     return Tool(name, description, schema, strict, f"{path}.input_schema", deferred)
 

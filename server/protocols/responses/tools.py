@@ -14,7 +14,7 @@ from server.constraints import free_form
 from server.errors import InvalidRequest, UnsupportedParameter
 from server.protocols.fields import Fields
 from server.protocols.openai.decode import EMPTY_PARAMETERS, NAME
-from server.protocols.rules import json_schema
+from server.protocols.rules import direct_callers, json_schema
 
 # OpenAI's tools that run on its side: named in the refusal, so a client knows why.
 HOSTED_TOOLS = (
@@ -105,7 +105,7 @@ def _tool(fields: Fields, kind: str, found: list[Tool], namespace: str | None) -
             "run; send the tool without it",
             param=f"{path}.defer_loading",
         )
-    _callers(fields)
+    direct_callers(fields)
     qualified = f"{namespace}.{name}" if namespace else name
     if kind == "custom":
         form, wire_format = _format(fields)
@@ -133,17 +133,6 @@ def _tool(fields: Fields, kind: str, found: list[Tool], namespace: str | None) -
         "parameters": parameters,
         "strict": strict is not False,
     }
-
-
-def _callers(fields: Fields) -> None:
-    """Only the model itself calls tools here: `direct`."""
-    for path, value in fields.items("allowed_callers"):
-        if value != "direct":
-            raise UnsupportedParameter(
-                f"{path}: {value!r} callers are not supported on this node; tools are called "
-                "by the model (direct)",
-                param=path,
-            )
 
 
 def _format(fields: Fields) -> tuple[FreeForm, dict[str, Any]]:
