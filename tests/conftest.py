@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, Shutdowns
 from tests.topology import RouterTopology, running_topology
 
 ENGINES = tuple(
@@ -71,36 +71,59 @@ def engine(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def sglang_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def shutdowns() -> Iterator[Shutdowns]:
+    """The session's servers, stopped together at its end."""
+    stops = Shutdowns()
+    try:
+        yield stops
+    finally:
+        stops.wait()
+
+
+@pytest.fixture(scope="session")
+def sglang_server(
+    tmp_path_factory: pytest.TempPathFactory, shutdowns: Shutdowns
+) -> Iterator[ServerProcess]:
     """SGLang's own HTTP server on the embedded model, with the CPU compatibility pieces."""
     process = ServerProcess(
         tmp_path_factory.mktemp("sglang") / "sglang.log", *MODEL_ARGS, command="sglang-server"
     )
     try:
-        with process.running("/health_generate"):
+        with process.running("/health_generate", shutdowns):
             yield process
     finally:
-        print(f"\n--- SGLang server log tail ---\n{process.log_tail(30)}")
+        shutdowns.report_later(
+            lambda: print(f"\n--- SGLang server log tail ---\n{process.log_tail(30)}")
+        )
 
 
 @pytest.fixture(scope="session")
-def router_topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterTopology]:
+def router_topology(
+    tmp_path_factory: pytest.TempPathFactory, shutdowns: Shutdowns
+) -> Iterator[RouterTopology]:
     """sglang-router (cache-aware) in front of two SGLang workers on the embedded model."""
     folder = tmp_path_factory.mktemp("router")
     try:
-        with running_topology(folder, *MODEL_ARGS) as topology:
+        with running_topology(folder, *MODEL_ARGS, shutdowns=shutdowns) as topology:
             yield topology
     finally:
-        for log in sorted(folder.glob("*.log")):
-            lines = log.read_text(errors="replace").splitlines()
-            kept = [line for line in lines if not line.startswith((" - ", "nanobind", "See "))]
-            tail = "\n".join(kept[-15:])  # triton's exit-time nanobind report left out
-            print(f"\n--- {log.name} tail ---\n{tail}")
+        shutdowns.report_later(lambda: print_topology_logs(folder))
+
+
+def print_topology_logs(folder: Path) -> None:
+    for log in sorted(folder.glob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()
+        kept = [line for line in lines if not line.startswith((" - ", "nanobind", "See "))]
+        tail = "\n".join(kept[-15:])  # triton's exit-time nanobind report left out
+        print(f"\n--- {log.name} tail ---\n{tail}")
 
 
 @pytest.fixture(scope="session")
 def server(
-    engine: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    engine: str,
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    shutdowns: Shutdowns,
 ) -> Iterator[ServerProcess]:
     args: tuple[str, ...] = MODEL_ARGS
     if engine == "sglang-remote":
@@ -111,10 +134,10 @@ def server(
         args += ("--engine", "sglang-remote", "--engine-url", topology.url)
     process = ServerProcess(tmp_path_factory.mktemp("server") / "server.log", *args)
     try:
-        with process.running():
+        with process.running(shutdowns=shutdowns):
             yield process
     finally:
-        print(f"\n--- server log tail ---\n{process.log_tail(30)}")
+        shutdowns.report_later(lambda: print(f"\n--- server log tail ---\n{process.log_tail(30)}"))
 
 
 @pytest.fixture(scope="session")

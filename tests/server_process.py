@@ -1,7 +1,7 @@
 """A real server process on a free loopback port, for the API tests: `python -m server serve`,
 `python -m server sglang-server` (SGLang's own HTTP server) or `sglang-router` (the router's own
 launcher), its log kept in a file, stopped with SIGTERM. It runs in a process group of its own,
-so that killing it kills SGLang's workers too."""
+so that killing it kills SGLang's workers too. `Shutdowns` stops a session's servers together."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -77,14 +77,20 @@ class ServerProcess:
         )
 
     @contextmanager
-    def running(self, ready: str = "/readyz") -> Iterator[ServerProcess]:
-        """Started and, once GET `ready` answers 200, in use; stopped on leaving."""
+    def running(
+        self, ready: str = "/readyz", shutdowns: Shutdowns | None = None
+    ) -> Iterator[ServerProcess]:
+        """Started and, once GET `ready` answers 200, in use; stopped on leaving (or, with
+        `shutdowns`, signalled to stop on leaving and waited for with the others)."""
         self.start()
         try:
             self.wait_for(ready)
             yield self
         finally:
-            self.stop()
+            if shutdowns is None:
+                self.stop()
+            else:
+                shutdowns.stop_later(self)
 
     def wait_listening(self, verify: ssl.SSLContext | bool = True) -> None:
         """Until the listener answers (the engine may still be starting)."""
@@ -115,18 +121,23 @@ class ServerProcess:
                         return
                 except httpx.TransportError:
                     pass
-                time.sleep(0.5)
+                time.sleep(0.2)
         raise RuntimeError(f"{self.origin}{path} not answering 200 in time:\n{self.log_tail()}")
 
+    def terminate(self) -> None:
+        """SIGTERM, not waiting for the exit."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+
     def stop(self) -> int | None:
+        """SIGTERM, then the exit (SIGKILL after a minute)."""
         if self._process is None:
             return None
-        if self._process.poll() is None:
-            self._process.send_signal(signal.SIGTERM)
-            try:
-                self._process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        self.terminate()
+        try:
+            self._process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.kill()
         return self._process.returncode
 
     def wait_exit(self, timeout: float) -> int:
@@ -153,3 +164,29 @@ class ServerProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+class Shutdowns:
+    """Servers stopped together: each is signalled when its user is done with it, and all are
+    waited for at the end, then what was to be reported of them once stopped (their logs' tails)
+    is. SGLang takes seconds to drain and exit; one after another, a session's servers took half
+    a minute to stop."""
+
+    def __init__(self) -> None:
+        self._stopping: list[ServerProcess] = []
+        self._reports: list[Callable[[], None]] = []
+
+    def stop_later(self, process: ServerProcess) -> None:
+        process.terminate()
+        self._stopping.append(process)
+
+    def report_later(self, report: Callable[[], None]) -> None:
+        self._reports.append(report)
+
+    def wait(self) -> None:
+        for process in self._stopping:
+            process.stop()
+        for report in self._reports:
+            report()
+        self._stopping.clear()
+        self._reports.clear()

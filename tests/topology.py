@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.server_process import STARTUP_TIMEOUT_S, ServerProcess, free_port
+from tests.server_process import STARTUP_TIMEOUT_S, ServerProcess, Shutdowns, free_port
 
 WORKER_CONTEXT = 4096
 WORKER_ARGS = ("--context-length", str(WORKER_CONTEXT), "--max-total-tokens", "8192")
@@ -68,16 +68,21 @@ def router(folder: Path, workers: tuple[ServerProcess, ...]) -> ServerProcess:
 
 
 @contextmanager
-def running_topology(folder: Path, *model_args: str) -> Iterator[RouterTopology]:
+def running_topology(
+    folder: Path, *model_args: str, shutdowns: Shutdowns | None = None
+) -> Iterator[RouterTopology]:
     """The workers and the router started at once (the router waits for its workers), then
-    used once the router holds both healthy."""
+    used once the router holds both healthy; stopped together (with `shutdowns`' others)."""
     workers = (worker(folder, "worker-a", *model_args), worker(folder, "worker-b", *model_args))
     topology = RouterTopology(router(folder, workers), workers)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S  # for the three together
+    stops = Shutdowns() if shutdowns is None else shutdowns
     with ExitStack() as stack:
+        if shutdowns is None:
+            stack.callback(stops.wait)
         for process in (*workers, topology.router):
             process.start()
-            stack.callback(process.stop)
+            stack.callback(stops.stop_later, process)
         try:
             for process in workers:
                 process.wait_for("/health_generate", deadline=deadline)
@@ -119,3 +124,21 @@ def wait_until_healthy(topology: RouterTopology, deadline: float | None = None) 
             return
         time.sleep(0.2)
     raise AssertionError(f"the router does not hold every worker healthy: {seen}")
+
+
+def take_out(topology: RouterTopology, worker: ServerProcess) -> None:
+    """The router stops using `worker` (its API's DELETE /workers/{id}); the process runs on."""
+    listed = httpx.get(f"{topology.url}/workers", timeout=10).json()["workers"]
+    [worker_id] = [entry["id"] for entry in listed if entry["url"] == worker.origin]
+    removed = httpx.delete(f"{topology.url}/workers/{worker_id}", timeout=30)
+    assert removed.status_code == 202, removed.text
+    deadline = time.monotonic() + 30.0
+    while worker.origin in healthy_workers(topology):
+        assert time.monotonic() < deadline, "the router still lists the worker taken out"
+        time.sleep(0.2)
+
+
+def put_back(topology: RouterTopology, worker: ServerProcess) -> None:
+    """`worker` added to the router again (POST /workers); wait_until_healthy to use it."""
+    added = httpx.post(f"{topology.url}/workers", json={"url": worker.origin}, timeout=30)
+    assert added.status_code == 202, added.text

@@ -17,7 +17,7 @@ import trustme
 
 from server.config import default_cache_dir
 from server.models.embedded import ensure_converted
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, Shutdowns
 
 HELLO = [{"role": "user", "content": "Say hello."}]
 SERVED_NAME = "tests/smollm2-from-a-folder"
@@ -56,6 +56,7 @@ def tls_server(
     tmp_path_factory: pytest.TempPathFactory,
     ca: trustme.CA,
     trust: ssl.SSLContext,
+    shutdowns: Shutdowns,
 ) -> Iterator[ServerProcess]:
     folder = tmp_path_factory.mktemp("tls-server")
     cert = ca.issue_cert("127.0.0.1", "localhost")
@@ -79,7 +80,7 @@ def tls_server(
         process.wait_ready(verify=trust)
         yield process
     finally:
-        process.stop()
+        shutdowns.stop_later(process)
 
 
 @pytest.fixture(scope="session")
@@ -92,7 +93,7 @@ def tls_model(tls_server: ServerProcess, trust: ssl.SSLContext) -> str:
 
 @pytest.fixture(scope="session")
 def agent_node(
-    sglang_server: ServerProcess, tmp_path_factory: pytest.TempPathFactory
+    sglang_server: ServerProcess, tmp_path_factory: pytest.TempPathFactory, shutdowns: Shutdowns
 ) -> Iterator[ServerProcess]:
     """A node as the README starts it for Claude Code and Codex, on the session's SGLang
     server."""
@@ -102,7 +103,7 @@ def agent_node(
         "--engine-url", sglang_server.origin,
         "--compat", "claude-code,codex",
     )  # fmt: skip
-    with node.running():
+    with node.running(shutdowns=shutdowns):
         yield node
 
 
