@@ -18,11 +18,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.api.conventions import COUNTING, wait_for
 from tests.server_process import ServerProcess
 
-LONG_PROMPT_NOTES = 450  # about 5,000 tokens: tens of seconds of prefill on these CPUs
+LONG_PROMPT_NOTES = 450  # about 4,400 tokens: tens of seconds of prefill on these CPUs
+# About 1,200 tokens: seconds of prefill here, several times the 1 s queue bound.
+PATIENT_PROMPT_NOTES = 130
 
 
-def long_prompt(tag: str) -> str:
-    notes = " ".join(f"note {i} of {tag} is filed;" for i in range(LONG_PROMPT_NOTES))
+def long_prompt(tag: str, notes_count: int = LONG_PROMPT_NOTES) -> str:
+    notes = " ".join(f"note {i} of {tag} is filed;" for i in range(notes_count))
     return f"Read these notes, then answer in one word. {notes}"
 
 
@@ -140,7 +142,7 @@ def test_a_prefill_longer_than_the_bound_is_not_refused(
         body = {
             "model": model,
             "max_tokens": 2,
-            "messages": [{"role": "user", "content": long_prompt("patient")}],
+            "messages": [{"role": "user", "content": long_prompt("patient", PATIENT_PROMPT_NOTES)}],
         }
         response = http.post("/v1/infer/chat/completions", json=body)
     assert response.status_code == 200, response.text

@@ -1,5 +1,5 @@
 """The model's tool-call syntax never comes back as text, wherever max_tokens cuts a call, on both
-protocols, streamed and not: max_tokens swept over a call's first 40 tokens (a call to the tool
+protocols, streamed and not: max_tokens swept over a call's first 30 tokens (a call to the tool
 here is about 25; the requests of a protocol's sweeps run at once: the runtime batches them).
 Under `any`/`required` and a named choice no text block appears at all, and a named choice is
 that one call, however long the answer may run."""
@@ -15,7 +15,7 @@ import pytest
 from tests.api.contract import CHAT_WEATHER_TOOL, WEATHER_TOOL
 from tests.api.sse import events
 
-SWEEP = range(1, 41)
+SWEEP = range(1, 31)
 # The model's own tool syntax (the ChatML family's: grammars/chatml.toml), in any piece of it.
 MARKUP = ("<tool_call", "tool_call>", '{"name"', '"arguments"')
 ASK = [{"role": "user", "content": "What is the weather in Oslo? Use the tool."}]
