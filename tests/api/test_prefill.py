@@ -15,6 +15,7 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from server.engines.sglang.cpu.chunking import MIN_CHUNK
 from tests.api.conventions import COUNTING, wait_for
 from tests.server_process import ServerProcess
 
@@ -73,9 +74,11 @@ def test_a_client_that_leaves_mid_prefill_stops_its_prefill(
     with httpx.Client(base_url=server.origin, timeout=120) as http:
         wait_for(lambda: http.get("/readyz").json()["running_requests"] == 0)  # aborted
     # Each forward from now on computes only its own prompt: no chunk of the long one rides
-    # along. (The first may still meet the chunk that was in flight.)
+    # along. (The first may still meet the chunk that was in flight.) A chunk is MIN_CHUNK
+    # tokens at the least; what else may be counted meanwhile is the health checks of the
+    # fronts on this server (every 5 s, each a one-token generation: SGLang's /health_generate).
     alone = [forward_alone(sglang_server, 5 + attempt) for attempt in range(3)]
-    assert alone[-1] == 0, alone
+    assert alone[-1] < MIN_CHUNK, alone
     computed = prefilled(sglang_server) - before - sum(5 + a for a in range(3))
     assert 0 < computed < prompt_tokens / 2, (computed, prompt_tokens)
 
