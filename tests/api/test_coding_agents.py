@@ -1,6 +1,8 @@
 """The real Codex CLI and opencode (npm, tests/node) against the node, each configured exactly as
 the README says (its config blocks are read from README.md), on the embedded model: a headless
-run ends with its final answer and exit 0, and every request it made was served in full. Each
+run ends with its final answer and exit 0 (or, for Codex, with the node's `incomplete` answer
+reported as OpenAI's when the tiny model repeats itself to the window's end), and every request
+it made was served in full. Each
 run goes through a recording proxy, so the full prompts each agent really sends are kept as the
 node served them (their size checked against the window); Codex with its own defaults, past the
 model's window, meets exactly the context error, with the prompt's count."""
@@ -27,6 +29,7 @@ README_URL = "http://127.0.0.1:7700/v1/infer"
 TOO_LONG = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum")
 WINDOW = 8192
 CODEX_OUT_OF_ROOM = "Codex ran out of room in the model's context window."
+CODEX_INCOMPLETE = "Incomplete response returned, reason: max_output_tokens"
 ASK = "Say hello."
 
 
@@ -92,8 +95,6 @@ def test_codex_exec_runs_to_its_final_answer(
         url = f"http://127.0.0.1:{proxy.server_port}/v1/infer"
         done = codex(url, tmp_path / "home", tmp_path / "work", toml)
     output = done.stdout + done.stderr
-    assert done.returncode == 0, output
-    assert "ERROR" not in output and done.stdout.strip(), output  # its final answer
     entries = requests_served(agent_node, route, before, proxy.captured)
     for (path, body), entry in zip(proxy.captured, entries, strict=True):
         assert path == route
@@ -101,6 +102,16 @@ def test_codex_exec_runs_to_its_final_answer(
         assert "web_search" in kinds and "client_metadata" in body  # left out, ignored
         assert entry["usage"]["prompt_tokens"] + entry["usage"]["completion_tokens"] <= WINDOW
     print(f"Codex: {[entry['usage'] for entry in entries]}")
+    if done.returncode == 0:
+        assert "ERROR" not in output and done.stdout.strip(), output  # its final answer
+        return
+    # Sampled at the model's own temperature (0.2), the 135M model now and then repeats itself
+    # until the window is full (seen once in about six runs). The node ends that answer
+    # `incomplete` for max_output_tokens, and Codex, having streamed it, says so and exits 1, as
+    # it does with OpenAI: that path, and that the answer did run to the window's end.
+    assert CODEX_INCOMPLETE in output, output
+    usage = entries[-1]["usage"]
+    assert usage["prompt_tokens"] + usage["completion_tokens"] >= WINDOW - 16, usage
 
 
 def test_codex_with_its_defaults_meets_the_context_error(
