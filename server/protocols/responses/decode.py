@@ -61,15 +61,12 @@ class ResponsesEcho:
     def sampled_as(self, defaults: dict[str, float]) -> ResponsesEcho:
         """The temperature and top_p the answer is sampled with: the request's, else the
         model's recommendation (which the node applies), else OpenAI's default of 1."""
-        temperature, top_p = (
-            defaults.get(name, getattr(self, name)) if name not in self.sampling_set else None
-            for name in ("temperature", "top_p")
-        )
-        return replace(
-            self,
-            temperature=self.temperature if temperature is None else temperature,
-            top_p=self.top_p if top_p is None else top_p,
-        )
+
+        def used(name: str) -> float:
+            given: float = getattr(self, name)
+            return given if name in self.sampling_set else defaults.get(name, given)
+
+        return replace(self, temperature=used("temperature"), top_p=used("top_p"))
 
 
 def decode_responses(
