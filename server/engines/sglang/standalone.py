@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from server.config import Settings
-from server.engines.sglang import cpu_compat
+from server.engines.sglang import cpu_compat, cpu_fork
 from server.engines.sglang.args import runtime_env, server_args
 from server.models.source import resolve
 
@@ -37,7 +37,8 @@ def run(settings: Settings, sglang_args: Sequence[str] = ()) -> int:
     source = resolve(settings)
     args = server_args(settings, source)
     args.update(host=settings.host, port=settings.port, log_level=settings.log_level)
-    if args["device"] == "cpu":
+    on_cpu = args["device"] == "cpu"
+    if on_cpu:
         cpu_compat.prepare_cpu_runtime()
     os.environ.update(runtime_env(settings))
     from sglang.launch_server import run_server
@@ -45,11 +46,15 @@ def run(settings: Settings, sglang_args: Sequence[str] = ()) -> int:
     from sglang.srt.server_args import prepare_server_args
     from sglang.srt.utils import kill_process_tree
 
+    if on_cpu:
+        cpu_fork.install()
     load_plugins()
     argv = [*cli_args(args), *sglang_args]
     log.info("starting SGLang's HTTP server: %s", " ".join(argv))
     try:
         run_server(prepare_server_args(argv))
+    except KeyboardInterrupt:  # a terminal's Ctrl-C: uvicorn has shut down, and re-raises it
+        log.info("SGLang's HTTP server stopped (SIGINT)")
     finally:
         kill_process_tree(os.getpid(), include_parent=False)
     return 0
