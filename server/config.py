@@ -42,6 +42,8 @@ class Settings:
     model: str | None = None  # None: the embedded SmolLM2-135M-Instruct
     served_model_name: str | None = None
     context_length: int | None = None
+    # The most tokens of an answer whose request names no maximum; None: up to the window's end.
+    default_max_tokens: int | None = None
     node_name: str = ""
     certfile: str | None = None
     keyfile: str | None = None
@@ -126,6 +128,13 @@ _OPTIONS = (
         "context_length",
         "context window in tokens (default: the model's; with sglang-remote, the workers', and "
         "this where they cannot be asked: at most theirs)",
+        int,
+    ),
+    _Option(
+        "default_max_tokens",
+        "the most tokens of an answer whose request names no maximum (Chat Completions without "
+        "max_tokens, Responses without max_output_tokens; Messages requires one) (default: up "
+        "to the end of the context window)",
         int,
     ),
     _Option("node_name", "node name in the b3os extension (default: the host name)"),
@@ -270,6 +279,8 @@ def _check(settings: Settings) -> None:
         raise SystemExit(f"--gateway-url {settings.gateway_url!r}: give an http:// or https:// URL")
     if (settings.gateway_models or settings.gateway_api_key) and not settings.gateway_url:
         raise SystemExit("--gateway-models and --gateway-api-key need --gateway-url")
+    if settings.default_max_tokens is not None and settings.default_max_tokens < 1:
+        raise SystemExit(f"--default-max-tokens {settings.default_max_tokens}: give 1 or more")
     for name, value, choices in (
         ("--engine", settings.engine, tuple(ENGINES)),
         ("--device", settings.device, DEVICES),

@@ -175,7 +175,8 @@ class Generation:
         timing.record("grammar", started)
         # A max_tokens beyond the context is clamped to what fits: the answer then ends with
         # max_tokens, as it would at the window's end (agents send their own large defaults).
-        wanted = request.sampling.max_tokens
+        # A request that names none gets the node's default, if it has one.
+        wanted = request.sampling.max_tokens or self.card.default_max_tokens
         max_tokens = room if wanted is None else min(wanted, room)
         unset: dict[str, Any] = {
             name: value

@@ -144,6 +144,7 @@ class ServerState:
             owned_by=self.settings.node_name,
             capabilities=capabilities,
             sampling_defaults=sampling_defaults(self.source.path),
+            default_max_tokens=self.settings.default_max_tokens,
         )
         if card.sampling_defaults:
             log.info("sampling left unset follows the model's: %s", card.sampling_defaults)

@@ -24,6 +24,9 @@ class ModelCard:
     # The model's recommended sampling (its generation_config.json), for what a request leaves
     # unset: temperature, top_p, top_k, min_p, repetition_penalty.
     sampling_defaults: dict[str, float] = field(default_factory=dict)
+    # The answer's length where a request names none (--default-max-tokens); None: to the
+    # window's end.
+    default_max_tokens: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {

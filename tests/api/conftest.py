@@ -23,6 +23,9 @@ HELLO = [{"role": "user", "content": "Say hello."}]
 SERVED_NAME = "tests/smollm2-from-a-folder"
 STARTING_BODY = {"model": SERVED_NAME, "max_tokens": 4, "messages": HELLO}
 ONE_AT_A_TIME = ("--max-running-requests", "1", "--max-queue-wait", "1")
+# The answers' length where a request names none, as the README's Codex section starts the node
+# on the embedded model (Codex names none, and the 135M model can loop to the window's end).
+AGENT_DEFAULT_MAX_TOKENS = 256
 
 
 @pytest.fixture(scope="session")
@@ -102,6 +105,7 @@ def agent_node(
         "--engine", "sglang-remote",
         "--engine-url", sglang_server.origin,
         "--compat", "claude-code,codex",
+        "--default-max-tokens", str(AGENT_DEFAULT_MAX_TOKENS),
     )  # fmt: skip
     with node.running(shutdowns=shutdowns):
         yield node

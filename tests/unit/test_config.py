@@ -130,3 +130,10 @@ def test_sampling_left_unset_follows_the_models_generation_config(tmp_path: Path
     assert sampling_defaults(str(tmp_path / "missing")) == {}
     embedded = ensure_converted(default_cache_dir())
     assert sampling_defaults(str(embedded)) == {"temperature": 0.2, "top_p": 0.9}
+
+
+def test_the_default_answer_length_is_one_token_or_more() -> None:
+    assert settings([]).default_max_tokens is None  # up to the window's end
+    assert settings(["--default-max-tokens", "256"]).default_max_tokens == 256
+    with pytest.raises(SystemExit, match="--default-max-tokens"):
+        settings(["--default-max-tokens", "0"])
