@@ -20,9 +20,11 @@ def ignored_signals(pid: int) -> int:
 
 
 def test_sglangs_processes_leave_sigint_to_the_server(sglang_server: ServerProcess) -> None:
-    processes = {p.name(): p for p in psutil.Process(sglang_server.pid).children()}
+    # By their parent, not their names: SGLang names them with setproctitle, which in a forked
+    # process does not take where the server was started with PYTHONPATH already set.
+    processes = psutil.Process(sglang_server.pid).children()
+    assert len(processes) >= 2, processes  # the scheduler and the detokenizer
     sigint = 1 << (signal.SIGINT - 1)
-    for name in ("sglang::scheduler", "sglang::detokenizer"):
-        assert name in processes, processes
-        assert ignored_signals(processes[name].pid) & sigint, name
+    for process in processes:
+        assert ignored_signals(process.pid) & sigint, process
     assert not ignored_signals(sglang_server.pid) & sigint  # the server stops on it
