@@ -54,6 +54,7 @@ class FakeWorker:
     tokenizer: Tokenizer = field(default_factory=Tokenizer)
     up: bool = True
     generates: bool = True
+    breaks: int = 0  # health checks that fail with an error that is not httpx's
 
 
 @dataclass
@@ -109,6 +110,9 @@ def _answer(worker: FakeWorker, path: str, request: httpx.Request) -> httpx.Resp
     if path == "/v1/models":
         return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": worker.context}]})
     if path == "/health_generate":
+        if worker.breaks:
+            worker.breaks -= 1
+            raise RuntimeError("a fault outside httpx's own errors")
         return httpx.Response(200 if worker.generates else 503)
     if path == "/v1/tokenize":
         body = json.loads(request.content)
@@ -228,6 +232,25 @@ def test_readiness_is_any_worker_generating_and_load_their_sum() -> None:
     one, none, load = with_engine(runtime, use)
     assert one and not none
     assert (load.running, load.waiting) == (4, 2)
+
+
+def test_a_health_check_that_breaks_does_not_end_the_watch() -> None:
+    """A check that fails with any error counts as not healthy; the next one still runs, so
+    readiness comes back once the runtime answers."""
+    runtime = FakeRuntime({ROUTER: FakeWorker()}, router=False)
+
+    async def use(engine: SGLangRemoteEngine) -> tuple[bool, bool]:
+        runtime.workers[ROUTER].breaks = 2
+        engine._lost("the remote went away")  # as a failed request reports it
+        lost = engine.is_ready
+        for _ in range(400):  # 20 s at most; the watch checks every second while not ready
+            if engine.is_ready:
+                break
+            await asyncio.sleep(0.05)
+        return lost, engine.is_ready and runtime.workers[ROUTER].breaks == 0
+
+    lost, recovered = with_engine(runtime, use)
+    assert not lost and recovered
 
 
 def sse(*chunks: dict[str, Any]) -> bytes:

@@ -258,7 +258,12 @@ class SGLangRemoteEngine:
                 async with asyncio.timeout(interval):
                     await self._recheck.wait()
             self._recheck.clear()
-            healthy = await self._topology.healthy()
+            try:
+                healthy = await self._topology.healthy()
+            except Exception:  # any one check's failure, never the watch's end: readiness
+                # would stay false for good, silently (the task's error is never retrieved)
+                log.exception("checking %s failed", self._topology.describe())
+                healthy = False
             if healthy and not self._ready:
                 log.info("%s answers again: ready", self._topology.describe())
             elif not healthy and self._ready:
