@@ -146,17 +146,24 @@ def model(server: ServerProcess) -> str:
         return str(client.get(f"{server.base_url}/models").json()["data"][0]["id"])
 
 
+# A read may wait this long: a prompt the size of the window (the fuzz tests' hostile members
+# make some) prefills for over 2 minutes on a slow 2-core machine. Not a speed bound.
+READ_TIMEOUT_S = 300
+
+
 @pytest.fixture
 def http(server: ServerProcess) -> Iterator[httpx.Client]:
     """Raw HTTP/1.1 against the server, at its origin."""
-    with httpx.Client(base_url=server.origin, timeout=120) as client:
+    with httpx.Client(base_url=server.origin, timeout=READ_TIMEOUT_S) as client:
         yield client
 
 
 @pytest.fixture
 def http2(server: ServerProcess) -> Iterator[httpx.Client]:
     """Cleartext HTTP/2 with prior knowledge."""
-    with httpx.Client(base_url=server.origin, timeout=120, http2=True, http1=False) as client:
+    with httpx.Client(
+        base_url=server.origin, timeout=READ_TIMEOUT_S, http2=True, http1=False
+    ) as client:
         yield client
 
 
