@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from server.config import Settings
-from server.engines.sglang import cpu_compat, cpu_fork
+from server.engines.sglang import cpu_compat
 from server.engines.sglang.args import runtime_env, server_args
 from server.models.source import resolve
 
@@ -37,8 +37,7 @@ def run(settings: Settings, sglang_args: Sequence[str] = ()) -> int:
     source = resolve(settings)
     args = server_args(settings, source)
     args.update(host=settings.host, port=settings.port, log_level=settings.log_level)
-    on_cpu = args["device"] == "cpu"
-    if on_cpu:
+    if args["device"] == "cpu":
         cpu_compat.prepare_cpu_runtime()
     os.environ.update(runtime_env(settings))
     from sglang.launch_server import run_server
@@ -46,8 +45,6 @@ def run(settings: Settings, sglang_args: Sequence[str] = ()) -> int:
     from sglang.srt.server_args import prepare_server_args
     from sglang.srt.utils import kill_process_tree
 
-    if on_cpu:
-        cpu_fork.install()
     load_plugins()
     argv = [*cli_args(args), *sglang_args]
     log.info("starting SGLang's HTTP server: %s", " ".join(argv))
