@@ -1,6 +1,7 @@
 """SGLang on CPUs without AMX (SGLang's own CPU kernels are AMX-only): attention that computes
 only what a step needs (`attention.py`), matrix products in the form each row count runs fastest
-in (`linear.py`), and prefill chunks sized in time (`chunking.py`). Installed by the
+in (`linear.py`), prefill chunks sized in time (`chunking.py`), and a Llama decode step without
+SGLang's per-layer scaffolding (`decode.py`). Installed by the
 plugin, in every SGLang process; each kernel replacement gives SGLang's own results (unit tests
 compare)."""
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from server.engines.sglang.cpu import attention, chunking, linear
+from server.engines.sglang.cpu import attention, chunking, decode, linear
 
 
 def install() -> None:
@@ -24,6 +25,7 @@ def install() -> None:
         linear.LM_HEAD: linear.faster_lm_head,
         chunking.SIZER: chunking.clocked_chunks,
         chunking.RUN_BATCH: chunking.timed_forwards,
+        decode.MODEL_FORWARD: decode.lean_forward,
     }
     for target, replacement in replacements.items():
         HookRegistry.register(target, replacement(_resolve(target)), HookType.REPLACE)
