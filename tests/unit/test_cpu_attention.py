@@ -117,6 +117,32 @@ def test_keys_in_order_are_read_in_place() -> None:
     scattered = keys_of(torch.tensor([10, 11, 13], dtype=torch.int32))
     assert scattered.slots is not None
     assert torch.equal(scattered.read(k_cache), k_cache[[10, 11, 13]])
+    assert scattered.runs == ((10, 2), (13, 1))
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
+def test_a_decode_over_runs_of_slots_is_sglangs_decode(
+    backend: Any, cache_dtype: torch.dtype
+) -> None:
+    """One request whose keys lie in three runs of consecutive slots (a cached prefix, then its
+    own tokens, interleaved with another stream's): read run by run, in place."""
+    torch.manual_seed(2)
+    heads, kv_heads, dim = 6, 2, 16
+    k_cache = torch.randn(POOL, kv_heads, dim).to(cache_dtype)
+    v_cache = torch.randn(POOL, kv_heads, dim).to(cache_dtype)
+    slots = [*range(100, 140), *range(10, 15), *range(200, 230)]
+    req_to_token = torch.zeros(1, 128, dtype=torch.int32)
+    req_to_token[0, : len(slots)] = torch.tensor(slots)
+    pool, seq_lens = torch.arange(1), torch.tensor([len(slots)])
+    assert keys_of(req_to_token[0, : len(slots)]).runs == ((100, 40), (10, 5), (200, 30))
+    query = torch.randn(1, heads, dim)
+    args = (k_cache, v_cache, req_to_token, pool, seq_lens)
+    kwargs = {"scaling": dim**-0.5, "enable_gqa": True}
+    sglang = backend._run_sdpa_forward_decode
+    expected = sglang(None, query, torch.zeros_like(query), *args, **kwargs)
+    owner = planned(req_to_token, pool, seq_lens, decode=True)
+    ours = planned_decode(sglang)(owner, query, torch.zeros_like(query), *args, **kwargs)
+    torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_a_layer_given_another_forward_is_left_to_sglang(backend: Any) -> None:
