@@ -117,7 +117,9 @@ def test_keys_in_order_are_read_in_place() -> None:
     scattered = keys_of(torch.tensor([10, 11, 13], dtype=torch.int32))
     assert scattered.slots is not None
     assert torch.equal(scattered.read(k_cache), k_cache[[10, 11, 13]])
-    assert scattered.runs == ((10, 2), (13, 1))
+    assert scattered.runs == ()  # runs too short to be worth a kernel call each: gathered
+    long_runs = keys_of(torch.cat([torch.arange(600, 900), torch.arange(10, 300)]).int())
+    assert long_runs.slots is not None and long_runs.runs == ((600, 300), (10, 290))
 
 
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
@@ -128,13 +130,13 @@ def test_a_decode_over_runs_of_slots_is_sglangs_decode(
     own tokens, interleaved with another stream's): read run by run, in place."""
     torch.manual_seed(2)
     heads, kv_heads, dim = 6, 2, 16
-    k_cache = torch.randn(POOL, kv_heads, dim).to(cache_dtype)
-    v_cache = torch.randn(POOL, kv_heads, dim).to(cache_dtype)
-    slots = [*range(100, 140), *range(10, 15), *range(200, 230)]
-    req_to_token = torch.zeros(1, 128, dtype=torch.int32)
+    slots = [*range(1000, 1400), *range(10, 300), *range(2000, 2300)]
+    k_cache = torch.randn(2400, kv_heads, dim).to(cache_dtype)
+    v_cache = torch.randn(2400, kv_heads, dim).to(cache_dtype)
+    req_to_token = torch.zeros(1, 1024, dtype=torch.int32)
     req_to_token[0, : len(slots)] = torch.tensor(slots)
     pool, seq_lens = torch.arange(1), torch.tensor([len(slots)])
-    assert keys_of(req_to_token[0, : len(slots)]).runs == ((100, 40), (10, 5), (200, 30))
+    assert keys_of(req_to_token[0, : len(slots)]).runs == ((1000, 400), (10, 290), (2000, 300))
     query = torch.randn(1, heads, dim)
     args = (k_cache, v_cache, req_to_token, pool, seq_lens)
     kwargs = {"scaling": dim**-0.5, "enable_gqa": True}
