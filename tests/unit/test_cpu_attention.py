@@ -99,9 +99,16 @@ def test_decode_is_sglangs_decode(
     heads, kv_heads, dim = 6, 2, 16
     k_cache, v_cache, req_to_token, pool = cache(lengths, kv_heads, dim, cache_dtype, in_order)
     query = torch.randn(len(lengths), heads, dim)
+    assert_decode_is_sglangs(backend, query, k_cache, v_cache, req_to_token, pool, lengths)
+
+
+def assert_decode_is_sglangs(
+    backend: Any, query: Any, k_cache: Any, v_cache: Any, req_to_token: Any, pool: Any,
+    lengths: list[int],
+) -> None:  # fmt: skip
     seq_lens = torch.tensor(lengths)
     args = (k_cache, v_cache, req_to_token, pool, seq_lens)
-    kwargs = {"scaling": dim**-0.5, "enable_gqa": True}
+    kwargs = {"scaling": query.shape[-1] ** -0.5, "enable_gqa": True}
     sglang = backend._run_sdpa_forward_decode
     expected = sglang(None, query, torch.zeros_like(query), *args, **kwargs)
     owner = planned(req_to_token, pool, seq_lens, decode=True)
@@ -135,16 +142,10 @@ def test_a_decode_over_runs_of_slots_is_sglangs_decode(
     v_cache = torch.randn(2400, kv_heads, dim).to(cache_dtype)
     req_to_token = torch.zeros(1, 1024, dtype=torch.int32)
     req_to_token[0, : len(slots)] = torch.tensor(slots)
-    pool, seq_lens = torch.arange(1), torch.tensor([len(slots)])
     assert keys_of(req_to_token[0, : len(slots)]).runs == ((1000, 400), (10, 290), (2000, 300))
     query = torch.randn(1, heads, dim)
-    args = (k_cache, v_cache, req_to_token, pool, seq_lens)
-    kwargs = {"scaling": dim**-0.5, "enable_gqa": True}
-    sglang = backend._run_sdpa_forward_decode
-    expected = sglang(None, query, torch.zeros_like(query), *args, **kwargs)
-    owner = planned(req_to_token, pool, seq_lens, decode=True)
-    ours = planned_decode(sglang)(owner, query, torch.zeros_like(query), *args, **kwargs)
-    torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)
+    pool = torch.arange(1)
+    assert_decode_is_sglangs(backend, query, k_cache, v_cache, req_to_token, pool, [len(slots)])
 
 
 def test_a_layer_given_another_forward_is_left_to_sglang(backend: Any) -> None:

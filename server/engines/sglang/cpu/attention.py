@@ -64,9 +64,9 @@ def keys_of(row: torch.Tensor) -> Keys:
     if length == 0:
         return Keys(0)
     first = int(row[0])
-    if int(row[-1]) - first == length - 1 and bool((row.diff() == 1).all()):
-        return Keys(length, first)
     starts = [0, *(torch.nonzero(row.diff() != 1).flatten() + 1).tolist()]
+    if len(starts) == 1:
+        return Keys(length, first)
     runs: tuple[tuple[int, int], ...] = ()
     if len(starts) <= MAX_RUNS and length >= RUN_TOKENS * len(starts):
         ends = [*starts[1:], length]
