@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 
 from server.engines.sglang.cpu.chunking import (
     ALONE_S,
@@ -15,7 +16,10 @@ from server.engines.sglang.cpu.chunking import (
     WAITING_S,
     ChunkClock,
     ChunkCost,
+    gemm_rate,
+    model_cost,
 )
+from server.engines.sglang.cpu_compat import prepare_cpu_runtime
 
 # SmolLM2-135M: 2 x 106M linear weights; 30 layers of 9 heads of 64, QK and PV.
 SMOLLM2 = ChunkCost(linear=2 * 106_168_320, attention=30 * 2 * 9 * 128)
@@ -113,3 +117,19 @@ def test_small_forwards_are_not_timed() -> None:
 def test_a_chunk_is_never_below_the_floor() -> None:
     clock = ChunkClock(scheduler(), SMOLLM2, 1 * GFLOPS)
     assert clock.predict(100_000) == MIN_CHUNK
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_starting_rate_is_measured_in_the_models_own_dtype(dtype: torch.dtype) -> None:
+    """fp32 on a CPU without native bf16, bf16 on one with it (AVX-512 BF16, AMX): the rate is
+    measured on the model's largest layer in its own dtype (a bf16 model once failed to start
+    here, its weight multiplied by fp32 rows)."""
+    prepare_cpu_runtime()
+    from sglang.srt.layers.linear import ReplicatedLinear
+
+    model = torch.nn.Sequential(
+        ReplicatedLinear(64, 128, bias=False, params_dtype=dtype),
+        ReplicatedLinear(128, 256, bias=False, params_dtype=dtype),
+    )
+    assert model_cost(model).linear == 2 * (64 * 128 + 128 * 256)
+    assert 0 < gemm_rate(model) < float("inf")

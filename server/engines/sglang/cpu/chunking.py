@@ -145,14 +145,15 @@ def model_cost(model: torch.nn.Module) -> ChunkCost:
 
 
 def gemm_rate(model: torch.nn.Module) -> float:
-    """FLOP/s of the model's largest linear layer over a prefill-sized block of rows, as
-    forwards compute it (`linear.matmul`): the best of a few runs, as the other processes
-    starting beside it take turns on the cores."""
+    """FLOP/s of the model's largest linear layer over a prefill-sized block of rows, in the
+    weight's own dtype (fp32 here, bf16 on a CPU that computes bf16), as forwards compute it
+    (`linear.matmul`): the best of a few runs, as the other processes starting beside it take
+    turns on the cores."""
     from sglang.srt.layers.linear import LinearBase
 
     layers = [module for module in model.modules() if isinstance(module, LinearBase)]
     layer = max(layers, key=lambda module: module.weight.numel())
-    rows = torch.randn(CALIBRATION_ROWS, layer.weight.shape[1])
+    rows = torch.randn(CALIBRATION_ROWS, layer.weight.shape[1], dtype=layer.weight.dtype)
     fastest = math.inf
     for _ in range(5):
         started = time.perf_counter()
