@@ -19,7 +19,7 @@ from server.engines.sglang.cpu.chunking import (
     gemm_rate,
     model_cost,
 )
-from server.engines.sglang.cpu_compat import prepare_cpu_runtime
+from server.torch_compat import ensure_torchvision_loadable
 
 # SmolLM2-135M: 2 x 106M linear weights; 30 layers of 9 heads of 64, QK and PV.
 SMOLLM2 = ChunkCost(linear=2 * 106_168_320, attention=30 * 2 * 9 * 128)
@@ -124,7 +124,7 @@ def test_the_starting_rate_is_measured_in_the_models_own_dtype(dtype: torch.dtyp
     """fp32 on a CPU without native bf16, bf16 on one with it (AVX-512 BF16, AMX): the rate is
     measured on the model's largest layer in its own dtype (a bf16 model once failed to start
     here, its weight multiplied by fp32 rows)."""
-    prepare_cpu_runtime()
+    ensure_torchvision_loadable()
     from sglang.srt.layers.linear import ReplicatedLinear
 
     model = torch.nn.Sequential(
