@@ -9,10 +9,12 @@ router only."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import httpx
@@ -68,6 +70,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session", params=ENGINES)
 def engine(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_default_tls_context() -> Iterator[None]:
+    """httpx builds a TLS context for every client it makes (certifi's bundle parsed: about 20 ms
+    of CPU, 40 on a slow core), even for a plain-HTTP origin: the suite makes thousands (every
+    test's SDK and raw clients, polls every 50 ms beside a busy engine). Its clients of default
+    settings share one context, as an application's one client would; a client given its own
+    (the TLS server's trust) keeps it. (The anthropic SDK runs its own copy of httpx, httpx2.)"""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("httpx._transports.default", "httpx2._transports.default"):
+            transports = importlib.import_module(name)
+            patch.setattr(transports, "create_ssl_context", shared_default(transports))
+        yield
+
+
+def shared_default(transports: Any) -> Callable[..., Any]:
+    made = transports.create_ssl_context
+    shared = made()
+
+    def create_ssl_context(verify: Any = True, cert: Any = None, trust_env: bool = True) -> Any:
+        if verify is True and cert is None and trust_env:
+            return shared
+        return made(verify=verify, cert=cert, trust_env=trust_env)
+
+    return create_ssl_context
 
 
 @pytest.fixture(scope="session")
