@@ -4,14 +4,16 @@ seeded sampling take min_p (`seeded_sampling.py`). On a CPU it makes
 SGLang's deterministic inference, which seeded sampling rests on, available there: the CPU
 attention backends join SGLang's deterministic lists (they compute each request alone, so the
 radix cache stays on), SGLang's batch-invariant kernels, Triton and GPU-only, are not
-installed, and its seeded sampler runs eagerly. On a CPU without AMX it also installs the faster
-plain-torch model path of `cpu/`. In every process it keeps SGLang's list of model modules that do
-not import on this machine (a dozen lines at each start, none about the model served) at debug
-level. In the processes SGLang spawns it leaves SIGINT to the process that started them.
+installed, and its seeded sampler and repetition penalty run eagerly. On a CPU without AMX it
+also installs the faster plain-torch model path of `cpu/`. In every process it keeps SGLang's
+list of model modules that do not import on this machine (a dozen lines at each start, none about
+the model served) at debug level. In the processes SGLang spawns it leaves SIGINT to the process
+that started them.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import multiprocessing
 import os
@@ -23,7 +25,14 @@ CPU_ATTENTION_BACKENDS = ("torch_native", "intel_amx")
 BATCH_INVARIANT_MODE = (
     "sglang.srt.model_executor.model_runner.ModelRunner.maybe_enable_batch_invariant_mode"
 )
-SEEDED_MULTINOMIAL = "sglang.srt.layers.sampler.multinomial_with_seed"
+# Small steps SGLang wraps in torch.compile, which on a CPU builds C++ at first use: seconds,
+# and a compiler (the slim CPU image has none). The seeded sampler runs at the first sampled
+# token; the repetition penalty held the first request naming one 4.9 s on a fast 2-core
+# machine, about 17 s within the suite on a slow one. Both run as the eager functions they wrap.
+EAGER_ON_CPU = (
+    "sglang.srt.layers.sampler.multinomial_with_seed",
+    "sglang.srt.sampling.penaltylib.repetition_penalty.apply_scaling_penalties",
+)
 MODEL_REGISTRY_LOGGER = "sglang.srt.models.registry"
 
 
@@ -76,13 +85,12 @@ def _deterministic_inference_on_cpu() -> None:
     ):
         options.extend(b for b in CPU_ATTENTION_BACKENDS if b not in options)
     HookRegistry.register(BATCH_INVARIANT_MODE, _no_batch_invariant_mode, HookType.REPLACE)
-    # SGLang wraps its seeded sampler in torch.compile, which on a CPU builds C++ at the first
-    # sampled token (seconds, and a compiler): the eager function it wraps, instead.
-    from sglang.srt.layers import sampler
-
-    eager = getattr(sampler.multinomial_with_seed, "_torchdynamo_orig_callable", None)
-    if eager is not None:
-        HookRegistry.register(SEEDED_MULTINOMIAL, eager, HookType.REPLACE)
+    for target in EAGER_ON_CPU:
+        module_name, name = target.rsplit(".", 1)
+        compiled = getattr(importlib.import_module(module_name), name)
+        eager = getattr(compiled, "_torchdynamo_orig_callable", None)
+        if eager is not None:
+            HookRegistry.register(target, eager, HookType.REPLACE)
 
 
 def _no_batch_invariant_mode(self: object) -> None:
