@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.conftest import AGENT_DEFAULT_MAX_TOKENS, served
+from tests.api.conftest import AGENT_DEFAULT_MAX_TOKENS, README_DEFAULT_MAX_TOKENS, served
 from tests.capture import recording
 from tests.conftest import repo_root
 from tests.server_process import ServerProcess
@@ -110,7 +110,7 @@ def test_codex_exec_runs_to_its_final_answer(
         assert path == route
         kinds = [tool["type"] for tool in body["tools"]]
         assert "web_search" in kinds and "client_metadata" in body  # left out, ignored
-        assert entry["usage"]["prompt_tokens"] + entry["usage"]["completion_tokens"] <= WINDOW
+        assert entry["usage"]["prompt_tokens"] + README_DEFAULT_MAX_TOKENS <= WINDOW, entry
         assert entry["usage"]["completion_tokens"] <= AGENT_DEFAULT_MAX_TOKENS, entry
     print(f"Codex: {[entry['usage'] for entry in entries]}")
     if done.returncode == 0:
