@@ -75,8 +75,8 @@ def engine(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session", autouse=True)
 def one_default_tls_context() -> Iterator[None]:
     """httpx builds a TLS context for every client it makes (certifi's bundle parsed: about 20 ms
-    of CPU, 40 on a slow core), even for a plain-HTTP origin: the suite makes thousands (every
-    test's SDK and raw clients, polls every 50 ms beside a busy engine). Its clients of default
+    of CPU on a fast core), even for a plain-HTTP origin, and most tests make one or more (SDK and
+    raw clients, polls every 50 ms beside a busy engine). Its clients of default
     settings share one context, as an application's one client would; a client given its own
     (the TLS server's trust) keeps it. (The anthropic SDK runs its own copy of httpx, httpx2.)"""
     with pytest.MonkeyPatch.context() as patch:
