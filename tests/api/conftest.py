@@ -25,10 +25,9 @@ STARTING_BODY = {"model": SERVED_NAME, "max_tokens": 4, "messages": HELLO}
 ONE_AT_A_TIME = ("--max-running-requests", "1", "--max-queue-wait", "1")
 # The answers' length where a request names none: the README's Codex section starts the node on
 # the embedded model with 256 (Codex names none, and the 135M model can loop to the window's
-# end). The agents' node here takes 48: a looping answer (about one run in four) decoded 256
-# tokens after Codex's 5,500-token prompt, 100 s on a slow 2-core machine, for what holds at
-# any length (the node's `incomplete` answer, read by Codex as OpenAI's).
-README_DEFAULT_MAX_TOKENS = 256
+# end). The agents' node here takes 48: a looping answer (about one run in four) decoded all 256
+# after Codex's 5,500-token prompt, a fifth of them would do for what holds at any length (the
+# node's `incomplete` answer, read by Codex as OpenAI's).
 AGENT_DEFAULT_MAX_TOKENS = 48
 
 

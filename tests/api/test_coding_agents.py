@@ -9,6 +9,7 @@ model's window, meets exactly the context error, with the prompt's count."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -18,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.conftest import AGENT_DEFAULT_MAX_TOKENS, README_DEFAULT_MAX_TOKENS, served
+from tests.api.conftest import AGENT_DEFAULT_MAX_TOKENS, served
 from tests.capture import recording
 from tests.conftest import repo_root
 from tests.server_process import ServerProcess
@@ -31,11 +32,11 @@ WINDOW = 8192
 CODEX_OUT_OF_ROOM = "Codex ran out of room in the model's context window."
 CODEX_INCOMPLETE = "Incomplete response returned, reason: max_output_tokens"
 ASK = "Say hello."
-README_OPENCODE_OUTPUT = 256  # its opencode.json's limit.output
+OPENCODE_MODEL = "b3os/smollm2-135m-instruct"  # its key in the README's opencode.json
 # The embedded model loops to opencode's `limit.output` (256 in the README): at about 0.4 s a
-# token after a 7,500-token prompt on a slow 2-core machine, 100 s of the suite spent decoding
+# token after a 7,500-token prompt on the last stop's machine, 100 s of the suite spent decoding
 # what is not tested. What is tested (the turn served in full and read by opencode to its exit)
-# holds at any length; the README's 256 is what leaves the prompt its room in the window.
+# holds at any length; the README's limit is what leaves the prompt its room in the window.
 OPENCODE_OUTPUT = 24
 
 
@@ -46,6 +47,17 @@ def readme_block(heading: str, language: str) -> str:
     match = re.search(rf"```{language}\n(.*?)```", section, re.DOTALL)
     assert match is not None, f"README: no {language} block under {heading}"
     return match.group(1)
+
+
+def readme_limits() -> tuple[int, int]:
+    """The answers' lengths the README gives the agents: the node's --default-max-tokens in its
+    Codex section, and opencode's limit.output."""
+    command = readme_block("### Codex CLI", "sh")
+    match = re.search(r"--default-max-tokens (\d+)", command)
+    assert match is not None, command
+    opencode = json.loads(readme_block("### opencode", "json"))
+    model = opencode["provider"]["b3os"]["models"][OPENCODE_MODEL]
+    return int(match.group(1)), int(model["limit"]["output"])
 
 
 def codex(base_url: str, home: Path, cwd: Path, toml: str) -> subprocess.CompletedProcess[str]:
@@ -66,14 +78,12 @@ def opencode(base_url: str, home: Path, cwd: Path) -> subprocess.CompletedProces
     # (opencode installs its provider package from npm into `home` on its first run)
     """`opencode run` with the README's opencode.json, pointed at base_url, its answers' length
     (`limit.output`) cut to OPENCODE_OUTPUT."""
-    config = readme_block("### opencode", "json").replace(README_URL, base_url)
-    limit = f'"output": {README_OPENCODE_OUTPUT}}}'
-    assert limit in config
-    config = config.replace(limit, f'"output": {OPENCODE_OUTPUT}}}')
+    config = json.loads(readme_block("### opencode", "json").replace(README_URL, base_url))
+    config["provider"]["b3os"]["models"][OPENCODE_MODEL]["limit"]["output"] = OPENCODE_OUTPUT
     cwd.mkdir(parents=True, exist_ok=True)
     binary = repo_root() / "tests/node/node_modules/opencode-linux-x64/bin/opencode"
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "B3OS_API_KEY": "x",
-           "OPENCODE_CONFIG_CONTENT": config, "OPENCODE_DISABLE_AUTOUPDATE": "1",
+           "OPENCODE_CONFIG_CONTENT": json.dumps(config), "OPENCODE_DISABLE_AUTOUPDATE": "1",
            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1"}  # fmt: skip
     return subprocess.run(
         [str(binary), "run", ASK],
@@ -110,7 +120,7 @@ def test_codex_exec_runs_to_its_final_answer(
         assert path == route
         kinds = [tool["type"] for tool in body["tools"]]
         assert "web_search" in kinds and "client_metadata" in body  # left out, ignored
-        assert entry["usage"]["prompt_tokens"] + README_DEFAULT_MAX_TOKENS <= WINDOW, entry
+        assert entry["usage"]["prompt_tokens"] + readme_limits()[0] <= WINDOW, entry
         assert entry["usage"]["completion_tokens"] <= AGENT_DEFAULT_MAX_TOKENS, entry
     print(f"Codex: {[entry['usage'] for entry in entries]}")
     if done.returncode == 0:
@@ -164,6 +174,6 @@ def test_opencode_run_runs_to_its_final_answer(
     title, turn = proxy.captured[0][1], proxy.captured[-1][1]
     assert "tools" not in title and len(turn["tools"]) >= 8, proxy.captured
     for (_, body), entry in zip(proxy.captured, entries, strict=True):
-        assert entry["usage"]["prompt_tokens"] + README_OPENCODE_OUTPUT <= WINDOW, entry
+        assert entry["usage"]["prompt_tokens"] + readme_limits()[1] <= WINDOW, entry
         assert entry["usage"]["completion_tokens"] <= body["max_tokens"] <= OPENCODE_OUTPUT
     print(f"opencode: {[entry['usage'] for entry in entries]}")
