@@ -5,7 +5,9 @@ aborts, the context window) run through `sglang-router` too: the remote engine b
 sglang-router in front of two SGLang servers (tests/topology.py), which runs every line of the
 remote engine that one server would. Those marked `remote_only` run against the remote engine on
 SGLang's own HTTP server (`b3os-infer sglang-server`), those marked `router_only` through the
-router only."""
+router only.
+
+The TLS server starts in the background while the router's tests run (`engines_start_ahead`)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import importlib
 import os
 import shlex
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +24,8 @@ import httpx
 import openai
 import pytest
 
-from tests.server_process import ServerProcess, Shutdowns
-from tests.topology import RouterTopology, running_topology
+from tests.server_process import ServerProcess, Shutdowns, StartQueue
+from tests.topology import RouterTopology, topology_of, wait_started
 
 ENGINES = tuple(
     os.environ.get("B3OS_TEST_ENGINES", "sglang,sglang-remote,sglang-router").split(",")
@@ -108,34 +111,119 @@ def shutdowns() -> Iterator[Shutdowns]:
         stops.wait()
 
 
+# The session's engines, by the names below: the in-process one (the session server on `sglang`)
+# and three session fixtures, each waiting on its `<name>_start` in the start queue. Those in
+# STARTED_AHEAD are put in the queue ahead of their first tests (`engines_start_ahead`).
+IN_PROCESS = "in-process"
+ENGINES_BY_NAME = (IN_PROCESS, "sglang_server", "router_topology", "tls_server")
+STARTED_AHEAD = ("tls_server",)
+# The engine a session server on each engine uses beside its own front.
+ENGINE_BEHIND = {
+    "sglang": IN_PROCESS,
+    "sglang-remote": "sglang_server",
+    "sglang-router": "router_topology",
+}
+
+
+def engines_used(item: pytest.Item) -> set[str]:
+    """The session engines `item` uses, by the names above."""
+    names = set(getattr(item, "fixturenames", ()))
+    used = names & set(ENGINES_BY_NAME)
+    callspec = getattr(item, "callspec", None)
+    if "server" in names and callspec is not None and "engine" in callspec.params:
+        used.add(ENGINE_BEHIND[callspec.params["engine"]])
+    return used
+
+
 @pytest.fixture(scope="session")
-def sglang_server(
-    tmp_path_factory: pytest.TempPathFactory, shutdowns: Shutdowns
-) -> Iterator[ServerProcess]:
-    """SGLang's own HTTP server on the embedded model, with the CPU compatibility pieces."""
+def engine_order(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """The session's engines in the order the selected tests first use them."""
+    order: list[str] = []
+    for item in request.session.items:
+        for name in sorted(engines_used(item) - set(order), key=ENGINES_BY_NAME.index):
+            order.append(name)
+    return tuple(order)
+
+
+@pytest.fixture(autouse=True)
+def engines_start_ahead(request: pytest.FixtureRequest, engine_order: tuple[str, ...]) -> None:
+    """Once a test uses an engine, the next engine the session uses starts in the background if
+    it is one of STARTED_AHEAD, so that its 30-60 s start runs beside the tests before it rather
+    than in its first test's setup. Only where those tests leave room for it: a start keeps both
+    cores busy, and slows an engine computing beside it more than its share of the cores would
+    say (likely its two OpenMP threads waiting for each other). Measured in whole-suite runs on a
+    2-core machine, each phase's time the sum of pytest's durations:
+    - the TLS server, beside the router's tests: they took 96-127 s with it, against 143-146 s
+      without (the router topology's start, 43-56 s, in their first setup in every run), and its
+      26-34 s setup left the tests after them (100-124 s, against 148-159 s);
+    - SGLang's own server, beside the in-process tests: they took 284-309 s, against 234-272 s,
+      for the 27-35 s its start took from the remote tests' setup: not started ahead;
+    - the router topology, beside the agents' 5,000-7,500-token prompts, cost them more than the
+      49 s of its start: not started ahead;
+    - every engine started at once ahead of the in-process tests: those took 493 s."""
+    used = engines_used(request.node)
+    if not used:
+        return
+    following = engine_order[max(engine_order.index(name) for name in used) + 1 :]
+    if following and following[0] in STARTED_AHEAD:
+        request.getfixturevalue(f"{following[0]}_start")
+
+
+@pytest.fixture(scope="session")
+def starts() -> Iterator[StartQueue]:
+    queue = StartQueue()
+    try:
+        yield queue
+    finally:
+        queue.close()
+
+
+@pytest.fixture(scope="session")
+def sglang_server_start(
+    tmp_path_factory: pytest.TempPathFactory, shutdowns: Shutdowns, starts: StartQueue
+) -> Iterator[Future[ServerProcess]]:
+    """SGLang's own HTTP server on the embedded model, with the CPU compatibility pieces, in the
+    start queue."""
     process = ServerProcess(
         tmp_path_factory.mktemp("sglang") / "sglang.log", *MODEL_ARGS, command="sglang-server"
     )
+
+    def ready() -> ServerProcess:
+        process.wait_for("/health_generate")
+        return process
+
     try:
-        with process.running("/health_generate", shutdowns):
-            yield process
+        yield starts.submit([process], ready)
     finally:
+        starts.stop_later([process], shutdowns)
         shutdowns.report_later(
             lambda: print(f"\n--- SGLang server log tail ---\n{process.log_tail(30)}")
         )
 
 
 @pytest.fixture(scope="session")
-def router_topology(
-    tmp_path_factory: pytest.TempPathFactory, shutdowns: Shutdowns
-) -> Iterator[RouterTopology]:
-    """sglang-router (cache-aware) in front of two SGLang workers on the embedded model."""
+def sglang_server(sglang_server_start: Future[ServerProcess]) -> ServerProcess:
+    return sglang_server_start.result()
+
+
+@pytest.fixture(scope="session")
+def router_topology_start(
+    tmp_path_factory: pytest.TempPathFactory, shutdowns: Shutdowns, starts: StartQueue
+) -> Iterator[Future[RouterTopology]]:
+    """sglang-router (cache-aware) in front of two SGLang workers on the embedded model, in the
+    start queue."""
     folder = tmp_path_factory.mktemp("router")
+    topology = topology_of(folder, *MODEL_ARGS)
     try:
-        with running_topology(folder, *MODEL_ARGS, shutdowns=shutdowns) as topology:
-            yield topology
+        yield starts.submit(topology.processes, lambda: wait_started(topology))
     finally:
+        starts.stop_later(topology.processes, shutdowns)
         shutdowns.report_later(lambda: print_topology_logs(folder))
+
+
+@pytest.fixture(scope="session")
+def router_topology(router_topology_start: Future[RouterTopology]) -> RouterTopology:
+    return router_topology_start.result()
 
 
 def print_topology_logs(folder: Path) -> None:

@@ -1,7 +1,8 @@
 """A real server process on a free loopback port, for the API tests: `python -m server serve`,
 `python -m server sglang-server` (SGLang's own HTTP server) or `sglang-router` (the router's own
 launcher), its log kept in a file, stopped with SIGTERM. It runs in a process group of its own,
-so that killing it kills SGLang's workers too. `Shutdowns` stops a session's servers together."""
+so that killing it kills SGLang's workers too. `Shutdowns` stops a session's servers together;
+`StartQueue` starts them one after another in the background."""
 
 from __future__ import annotations
 
@@ -12,12 +13,17 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
+
+T = TypeVar("T")
 
 # A fresh machine converts the embedded model first. Well under pytest's own timeout (600 s),
 # so that a server that never gets ready fails with its log, not with pytest's stack dump.
@@ -190,3 +196,39 @@ class Shutdowns:
             report()
         self._stopping.clear()
         self._reports.clear()
+
+
+class StartQueue:
+    """Servers started in a background thread, one after another, each once the one before it is
+    ready: a start keeps both cores of a small machine busy for 30-60 s, so starts side by side
+    only slow each other, while the tests running meanwhile leave part of the cores idle. A
+    server whose user is done before its turn never starts."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="server-start")
+        self._lock = threading.Lock()
+        self._dropped: set[ServerProcess] = set()
+
+    def submit(self, processes: Sequence[ServerProcess], ready: Callable[[], T]) -> Future[T]:
+        """`processes` started in their turn, then `ready` (which waits for them) run."""
+
+        def start() -> T:
+            with self._lock:
+                if self._dropped.intersection(processes):
+                    raise RuntimeError("stopped before its turn to start")
+                for process in processes:
+                    process.start()
+            return ready()
+
+        return self._pool.submit(start)
+
+    def stop_later(self, processes: Sequence[ServerProcess], shutdowns: Shutdowns) -> None:
+        """`processes` stopped with `shutdowns`' others, or never started if not yet."""
+        with self._lock:
+            self._dropped.update(processes)
+            for process in processes:
+                shutdowns.stop_later(process)
+
+    def close(self) -> None:
+        """Once every start has ended: a start whose processes were stopped ends with them."""
+        self._pool.shutdown(wait=True, cancel_futures=True)

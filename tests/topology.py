@@ -6,14 +6,12 @@ own is 8,192, so a front that guessed from the model would be caught)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from tests.server_process import STARTUP_TIMEOUT_S, ServerProcess, Shutdowns, free_port
+from tests.server_process import STARTUP_TIMEOUT_S, ServerProcess, free_port
 
 WORKER_CONTEXT = 4096
 WORKER_ARGS = ("--context-length", str(WORKER_CONTEXT), "--max-total-tokens", "8192")
@@ -43,6 +41,10 @@ class RouterTopology:
     def url(self) -> str:
         return self.router.origin
 
+    @property
+    def processes(self) -> tuple[ServerProcess, ...]:
+        return (*self.workers, self.router)
+
 
 def worker(folder: Path, name: str, *model_args: str) -> ServerProcess:
     return ServerProcess(
@@ -67,34 +69,29 @@ def router(folder: Path, workers: tuple[ServerProcess, ...]) -> ServerProcess:
     )  # fmt: skip
 
 
-@contextmanager
-def running_topology(
-    folder: Path, *model_args: str, shutdowns: Shutdowns | None = None
-) -> Iterator[RouterTopology]:
-    """The workers and the router started at once (the router waits for its workers), then
-    used once the router holds both healthy; stopped together (with `shutdowns`' others)."""
+def topology_of(folder: Path, *model_args: str) -> RouterTopology:
+    """The router and its two workers, their logs in `folder`; not started."""
     workers = (worker(folder, "worker-a", *model_args), worker(folder, "worker-b", *model_args))
-    topology = RouterTopology(router(folder, workers), workers)
+    return RouterTopology(router(folder, workers), workers)
+
+
+def wait_started(topology: RouterTopology) -> RouterTopology:
+    """Once its processes are started (together: the router waits for its workers), until the
+    router holds both workers healthy; an error with the three logs' tails if they do not get
+    there."""
     deadline = time.monotonic() + STARTUP_TIMEOUT_S  # for the three together
-    stops = Shutdowns() if shutdowns is None else shutdowns
-    with ExitStack() as stack:
-        if shutdowns is None:
-            stack.callback(stops.wait)
-        for process in (*workers, topology.router):
-            process.start()
-            stack.callback(stops.stop_later, process)
-        try:
-            for process in workers:
-                process.wait_for("/health_generate", deadline=deadline)
-            topology.router.wait_for("/readiness", deadline=deadline)
-            wait_until_healthy(topology, deadline)
-        except (RuntimeError, AssertionError) as error:
-            logs = "\n".join(
-                f"--- {process.log_path.name} ---\n{process.log_tail(40)}"
-                for process in (*workers, topology.router)
-            )
-            raise RuntimeError(f"the router topology did not start: {error}\n{logs}") from None
-        yield topology
+    try:
+        for process in topology.workers:
+            process.wait_for("/health_generate", deadline=deadline)
+        topology.router.wait_for("/readiness", deadline=deadline)
+        wait_until_healthy(topology, deadline)
+    except (RuntimeError, AssertionError) as error:
+        logs = "\n".join(
+            f"--- {process.log_path.name} ---\n{process.log_tail(40)}"
+            for process in topology.processes
+        )
+        raise RuntimeError(f"the router topology did not start: {error}\n{logs}") from None
+    return topology
 
 
 def busy(runtime: ServerProcess) -> int:

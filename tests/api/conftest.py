@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import httpx
@@ -17,7 +18,7 @@ import trustme
 
 from server.config import default_cache_dir
 from server.models.embedded import ensure_converted
-from tests.server_process import ServerProcess, Shutdowns
+from tests.server_process import ServerProcess, Shutdowns, StartQueue
 
 HELLO = [{"role": "user", "content": "Say hello."}]
 SERVED_NAME = "tests/smollm2-from-a-folder"
@@ -57,13 +58,16 @@ def starting() -> Starting:
 
 
 @pytest.fixture(scope="session")
-def tls_server(
+def tls_server_start(
     starting: Starting,
     tmp_path_factory: pytest.TempPathFactory,
     ca: trustme.CA,
     trust: ssl.SSLContext,
     shutdowns: Shutdowns,
-) -> Iterator[ServerProcess]:
+    starts: StartQueue,
+) -> Iterator[Future[ServerProcess]]:
+    """The configured server in the start queue; what it answers once listening, before its
+    engine is ready, is kept in `starting`."""
     folder = tmp_path_factory.mktemp("tls-server")
     cert = ca.issue_cert("127.0.0.1", "localhost")
     cert.cert_chain_pems[0].write_to_path(str(folder / "cert.pem"))
@@ -77,16 +81,24 @@ def tls_server(
         *ONE_AT_A_TIME,
         scheme="https",
     )
-    process.start()
-    try:
+
+    def ready() -> ServerProcess:
         process.wait_listening(verify=trust)
         with httpx.Client(base_url=process.origin, verify=trust, timeout=30) as client:
             starting.infer = client.post("/v1/infer/chat/completions", json=STARTING_BODY)
             starting.ready = client.get("/readyz")
         process.wait_ready(verify=trust)
-        yield process
+        return process
+
+    try:
+        yield starts.submit([process], ready)
     finally:
-        shutdowns.stop_later(process)
+        starts.stop_later([process], shutdowns)
+
+
+@pytest.fixture(scope="session")
+def tls_server(tls_server_start: Future[ServerProcess]) -> ServerProcess:
+    return tls_server_start.result()
 
 
 @pytest.fixture(scope="session")
