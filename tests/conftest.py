@@ -153,9 +153,9 @@ def engines_start_ahead(request: pytest.FixtureRequest, engine_order: tuple[str,
     cores busy, and slows an engine computing beside it more than its share of the cores would
     say (likely its two OpenMP threads waiting for each other). Measured in whole-suite runs on a
     2-core machine, each phase's time the sum of pytest's durations:
-    - the TLS server, beside the router's tests: they took 96-127 s with it, against 143-146 s
-      without (the router topology's start, 43-56 s, in their first setup in every run), and its
-      26-34 s setup left the tests after them (100-124 s, against 148-159 s);
+    - the TLS server, beside the router's tests: they took 127-141 s with it, against 143-146 s
+      without (the router topology's start, 43-56 s, in their first setup in each of these
+      runs), and its 26-34 s setup left the tests after them (100-130 s, against 148-159 s);
     - SGLang's own server, beside the in-process tests: they took 284-309 s, against 234-272 s,
       for the 27-35 s its start took from the remote tests' setup: not started ahead;
     - the router topology, beside the agents' 5,000-7,500-token prompts, cost them more than the
