@@ -1,6 +1,6 @@
 """A few rows are multiplied by the weight's 4-bit groups where its values are such groups (a GGUF
-Q4 checkpoint's), one row by a bf16 copy of an fp32 weight otherwise, more rows by oneDNN's
-packed weight; each gives the layer's own product."""
+Q4 checkpoint's), in a model computed in fp32 or in bf16; in fp32, one row by a bf16 copy of the
+weight otherwise, more rows by oneDNN's packed weight; each gives the layer's own product."""
 
 from __future__ import annotations
 
@@ -77,9 +77,21 @@ def test_more_rows_run_the_packed_weight(shape: tuple[int, ...]) -> None:
     torch.testing.assert_close(out, original(None, layer, x, bias), rtol=1e-5, atol=1e-5)
 
 
-def test_a_bf16_model_is_left_as_it_is() -> None:
-    layer = Linear(torch.randn(64, 32, dtype=torch.bfloat16))
-    for rows in (1, 8):
+def test_a_bf16_model_keeps_its_own_products_but_for_a_few_rows_of_four_bit_groups() -> None:
+    torch.manual_seed(4)
+    plain = Linear(torch.randn(64, 32, dtype=torch.bfloat16))
+    four_bit = Linear(four_bit_checkpoint(48, 64).weight.to(torch.bfloat16))
+    bias = torch.randn(48, dtype=torch.bfloat16)
+    for rows in (1, 8, 9):
         x = torch.randn(rows, 32, dtype=torch.bfloat16)
-        assert torch.equal(faster_linear(original)(None, layer, x), original(None, layer, x))
-    assert BF16 not in layer.__dict__ and PACKED not in layer.__dict__
+        assert torch.equal(faster_linear(original)(None, plain, x), original(None, plain, x))
+        x = torch.randn(rows, 64, dtype=torch.bfloat16)
+        out = faster_linear(original)(None, four_bit, x, bias)
+        expected = original(None, four_bit, x, bias)
+        assert out.dtype == torch.bfloat16 and out.shape == expected.shape
+        if rows > 8:
+            assert torch.equal(out, expected)
+        else:  # within bf16 rounding of the scales and zeros, and of the product itself
+            torch.testing.assert_close(out.float(), expected.float(), rtol=2e-2, atol=5e-2)
+    assert plain.__dict__[INT4] is None and four_bit.__dict__[INT4] is not None
+    assert not {BF16, PACKED} & (plain.__dict__.keys() | four_bit.__dict__.keys())
