@@ -16,9 +16,6 @@ LLAMACPP := bench/llamacpp
 LLAMACPP_INSTALLED := $(LLAMACPP)/node_modules/.installed
 PIN    := -c requirements/constraints.txt
 ARGS   ?=
-# The installs are independent (pip into .venv/, npm into tests/node/, pip into tests/agents/.venv/)
-# and mostly wait on the network: `make test` runs them side by side.
-MAKEFLAGS += --jobs=3
 
 .PHONY: install serve test lint bench-clients clean
 
@@ -74,7 +71,11 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/hadolint Dockerfile
 
-test: install lint $(CLIENTS) $(AGENTS_SDK)
+# The installs are independent (pip into .venv/, npm into tests/node/, pip into tests/agents/.venv/)
+# and mostly wait on the network: they run side by side, and only they (`make clean test` stays in
+# order).
+test:
+	@$(MAKE) --no-print-directory --jobs=3 lint $(CLIENTS) $(AGENTS_SDK)
 	$(BIN)/python -m pytest $(ARGS)
 
 clean:

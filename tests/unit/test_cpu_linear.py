@@ -38,6 +38,14 @@ def four_bit_checkpoint(rows: int, columns: int) -> Linear:
     return Linear(weight.to(torch.bfloat16).to(torch.float32))
 
 
+def four_bit_product(layer: Linear, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """x times the layer's 4-bit groups in torch's int4 kernel, in x's dtype, plus bias."""
+    packed_groups, scales_zeros = layer.__dict__[INT4]
+    flat = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+    product = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, packed_groups, 32, scales_zeros)
+    return product.to(x.dtype).view(*x.shape[:-1], -1) + bias
+
+
 @pytest.mark.parametrize("shape", [(1, 64), (4, 64), (2, 3, 64)])
 def test_a_few_rows_read_a_four_bit_checkpoints_own_groups(shape: tuple[int, ...]) -> None:
     torch.manual_seed(2)
@@ -45,6 +53,7 @@ def test_a_few_rows_read_a_four_bit_checkpoints_own_groups(shape: tuple[int, ...
     out = faster_linear(original)(None, layer, x, bias)
     assert layer.__dict__[INT4] is not None
     assert out.shape == (*shape[:-1], 48) and out.dtype == torch.float32
+    assert torch.equal(out, four_bit_product(layer, x, bias))
     # within bf16 rounding of the activations, scales and zeros
     torch.testing.assert_close(out, original(None, layer, x, bias), rtol=2e-2, atol=5e-2)
 
@@ -92,6 +101,7 @@ def test_a_bf16_model_keeps_its_own_products_but_for_a_few_rows_of_four_bit_grou
         if rows > 8:
             assert torch.equal(out, expected)
         else:  # within bf16 rounding of the scales and zeros, and of the product itself
+            assert torch.equal(out, four_bit_product(four_bit, x, bias))
             torch.testing.assert_close(out.float(), expected.float(), rtol=2e-2, atol=5e-2)
     assert plain.__dict__[INT4] is None and four_bit.__dict__[INT4] is not None
     assert not {BF16, PACKED} & (plain.__dict__.keys() | four_bit.__dict__.keys())
