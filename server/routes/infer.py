@@ -11,7 +11,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, Literal, Protocol
 
 import orjson
-from quart import Response, g, request
+from quart import Response, current_app, g, request
 
 from server.auth.guard import principal
 from server.auth.principal import Principal
@@ -209,8 +209,27 @@ async def _stream(
         raise
 
     stall_s = server_state().settings.stream_stall_timeout
+    # From here the events are the body's to close, but a client can leave before the body
+    # begins (its task cancelled while the head waits to be written, behind a full socket): an
+    # async generator that never began runs no `finally`, so the handler's end closes them then.
+    began = False
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+
+    async def abandon() -> None:
+        record.duration_ms = record.timing.since_start()
+        await events.aclose()  # canceled, its engine request aborted
+
+    def handler_ended(_: asyncio.Task[Any]) -> None:
+        if not began:
+            app.add_background_task(abandon)
+
+    handler = asyncio.current_task()
+    assert handler is not None
+    handler.add_done_callback(handler_ended)
 
     async def body() -> AsyncIterator[bytes]:
+        nonlocal began
+        began = True
         # A stream that cannot be written for stall_s (its client takes nothing, or next to
         # nothing): the task sending it is cancelled, and with it the engine request, as for a
         # client gone. Counted only while a chunk is being sent, never while the engine works:

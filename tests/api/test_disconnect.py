@@ -4,14 +4,17 @@ counted in flight, and the server keeps serving."""
 
 from __future__ import annotations
 
+import math
 import socket
 import struct
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import h2.config
 import h2.connection
+import h2.settings
 import httpx
 import orjson
 import pytest
@@ -84,8 +87,16 @@ def test_concurrent_streams_all_complete(server: Any, model: str) -> None:
 
 
 def _in_flight(http: httpx.Client) -> float:
+    return _metric(http, "b3os_infer_requests_in_flight")
+
+
+def _metric(http: httpx.Client, name: str, **labels: str) -> float:
+    """A sample's value on /metrics (0 where it has none yet)."""
     families = text_string_to_metric_families(http.get("/metrics").text)
-    return next(f.samples[0].value for f in families if f.name == "b3os_infer_requests_in_flight")
+    samples = (sample for family in families for sample in family.samples)
+    return next(
+        (s.value for s in samples if s.name == name and labels.items() <= s.labels.items()), 0.0
+    )
 
 
 def _settled(http: httpx.Client) -> bool:
@@ -154,3 +165,59 @@ def test_a_dropped_http2_connection_ends_every_stream_on_it(
     assert wait_for(lambda: _in_flight(http) == 3)
     _abrupt(sock)
     assert wait_for(lambda: _settled(http))
+
+
+def test_a_stream_whose_head_cannot_be_written_ends_when_its_client_leaves(
+    server: ServerProcess, http: httpx.Client, model: str
+) -> None:
+    """A client that reads nothing fills its connection with other answers (OpenAPI documents on
+    the same HTTP/2 connection, more than the kernel's largest send buffer), so a stream's head
+    waits to be written after its first token; then the connection is reset. Its events, which
+    the body never began to send, are closed all the same: the request ends, its engine request
+    aborted."""
+    assert wait_for(lambda: _settled(http))
+    document = len(http.get("/openapi.json").content)
+    send_buffer_max = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    blockers = math.ceil((send_buffer_max + 2**20) / document)
+    assert blockers < 100, "the session server takes 100 streams on one connection"
+    ttft_before = _metric(http, "b3os_infer_time_to_first_token_seconds_count", api="messages")
+    tokens_before = _metric(http, "b3os_infer_completion_tokens_total")
+
+    host, port = server.origin.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()  # windows as large as HTTP/2 allows: only the socket holds back
+    conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**31 - 1})
+    conn.increment_flow_control_window(2**31 - 1 - 65535)
+    head = [(":scheme", "http"), (":authority", "node")]
+    for index in range(blockers):
+        conn.send_headers(
+            1 + 2 * index, [(":method", "GET"), (":path", "/openapi.json"), *head], end_stream=True
+        )
+    framed = orjson.dumps(
+        {"model": model, "max_tokens": MAX_TOKENS, "stream": True, "messages": COUNTING}
+    )
+    conn.send_headers(
+        1 + 2 * blockers,
+        [
+            (":method", "POST"), (":path", "/v1/infer/v1/messages"), *head,
+            ("content-type", "application/json"), ("content-length", str(len(framed))),
+        ],
+    )  # fmt: skip
+    conn.send_data(1 + 2 * blockers, framed, end_stream=True)
+    sock.sendall(conn.data_to_send())
+    assert wait_for(lambda: _in_flight(http) == 1)
+    # A request sent after it, answered: the stream's first token is out of the engine by then
+    # (its prefill is scheduled first, or in the same batch), and its handler holds it.
+    probe = {"model": model, "max_tokens": 3, "messages": [{"role": "user", "content": "Hi"}]}
+    assert http.post("/v1/infer/chat/completions", json=probe).status_code == 200
+    _abrupt(sock)
+
+    assert wait_for(lambda: _settled(http))
+    assert (
+        _metric(http, "b3os_infer_time_to_first_token_seconds_count", api="messages")
+        == ttft_before + 1
+    )  # it ended after its first token, and was counted as ended
+    assert _metric(http, "b3os_infer_completion_tokens_total") - tokens_before < MAX_TOKENS
