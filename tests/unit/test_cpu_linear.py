@@ -65,6 +65,15 @@ def test_weights_that_are_not_four_bit_groups_keep_every_value() -> None:
     assert layer.__dict__[INT4] is None  # the bf16 copy served the row instead
 
 
+def test_a_weight_whose_last_row_is_not_four_bit_groups_keeps_every_value() -> None:
+    """Its first rows, checked alone first, are such groups: the whole weight is checked too."""
+    torch.manual_seed(4)
+    layer = four_bit_checkpoint(48, 64)
+    layer.weight.data[-1] = bf16_checkpoint(1, 64).weight[0]
+    faster_linear(original)(None, layer, torch.randn(1, 64))
+    assert layer.__dict__[INT4] is None
+
+
 def test_one_row_reads_the_bf16_copy() -> None:
     torch.manual_seed(0)
     layer, x, bias = bf16_checkpoint(64, 32), torch.randn(1, 32), torch.randn(64)
