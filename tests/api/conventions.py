@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 REQUEST_ID = re.compile(r"^req_[0-9a-hjkmnp-tv-z]{26}$")
 TIMING_ENTRY = re.compile(r"^[a-z_]+;dur=\d+(\.\d+)?$")
@@ -39,6 +40,19 @@ def assert_b3os(extension: dict[str, Any], *, streamed: bool) -> None:
     phase = "ttft_ms" if streamed else "model_ms"
     assert set(timing) == {phase, "total_ms"}
     assert 0 < timing[phase] <= timing["total_ms"]
+
+
+def metric(exposition: str, name: str, **labels: str) -> float:
+    """A sample's value in a Prometheus text exposition (a /metrics body): 0 where its family is
+    declared but holds no such sample yet (a labelled counter before its first count); an error
+    where no family declares it."""
+    families = list(text_string_to_metric_families(exposition))
+    for family in families:
+        for sample in family.samples:
+            if sample.name == name and labels.items() <= sample.labels.items():
+                return float(sample.value)
+    assert any(name.startswith(family.name) for family in families), f"no metric {name}"
+    return 0.0
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 30.0) -> Any:

@@ -18,9 +18,8 @@ import h2.settings
 import httpx
 import orjson
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api.conventions import COUNTING, wait_for
+from tests.api.conventions import COUNTING, metric, wait_for
 from tests.api.sse import events
 from tests.server_process import ServerProcess
 
@@ -91,12 +90,7 @@ def _in_flight(http: httpx.Client) -> float:
 
 
 def _metric(http: httpx.Client, name: str, **labels: str) -> float:
-    """A sample's value on /metrics (0 where it has none yet)."""
-    families = text_string_to_metric_families(http.get("/metrics").text)
-    samples = (sample for family in families for sample in family.samples)
-    return next(
-        (s.value for s in samples if s.name == name and labels.items() <= s.labels.items()), 0.0
-    )
+    return metric(http.get("/metrics").text, name, **labels)
 
 
 def _settled(http: httpx.Client) -> bool:

@@ -15,10 +15,9 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.contract import MODEL
-from tests.api.conventions import COUNTING, wait_for
+from tests.api.conventions import COUNTING, metric, wait_for
 from tests.api.sse import events
 from tests.server_process import ServerProcess
 
@@ -33,11 +32,6 @@ def node(server: ServerProcess) -> ServerProcess:
 def scheduler(node: ServerProcess) -> psutil.Process:
     [found] = [p for p in psutil.Process(node.pid).children() if "scheduler" in p.name()]
     return found
-
-
-def metric(http: httpx.Client, name: str) -> float:
-    families = text_string_to_metric_families(http.get("/metrics").text)
-    return next(f.samples[0].value for f in families if f.name == name)
 
 
 def test_a_dead_scheduler_ends_its_requests_and_the_engine_restarts(node: ServerProcess) -> None:
@@ -94,8 +88,8 @@ def test_a_dead_scheduler_ends_its_requests_and_the_engine_restarts(node: Server
         assert int(refused.headers["retry-after"]) > 0
 
         wait_for(lambda: http.get("/readyz").status_code == 200, timeout=180)
-        assert metric(http, "b3os_infer_engine_restarts") == 1
+        assert metric(http.get("/metrics").text, "b3os_infer_engine_restarts") == 1
         served = http.post("/v1/infer/v1/messages", json={**LONG, "max_tokens": 4})
         assert served.status_code == 200, served.text
-        assert metric(http, "b3os_infer_requests_in_flight") == 0
+        assert metric(http.get("/metrics").text, "b3os_infer_requests_in_flight") == 0
     assert "the model runtime restarted in" in node.log_text()

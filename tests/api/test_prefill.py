@@ -13,10 +13,9 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from server.engines.sglang.cpu.chunking import MIN_CHUNK
-from tests.api.conventions import COUNTING, wait_for
+from tests.api.conventions import COUNTING, metric, wait_for
 from tests.server_process import ServerProcess
 
 LONG_PROMPT_NOTES = 450  # about 4,400 tokens: tens of seconds of prefill on these CPUs
@@ -31,12 +30,7 @@ def long_prompt(tag: str, notes_count: int = LONG_PROMPT_NOTES) -> str:
 
 def sglang_metric(sglang: ServerProcess, name: str, **labels: str) -> float:
     """A sample of SGLang's own Prometheus metrics (its server runs with --enable-metrics)."""
-    text = httpx.get(f"{sglang.origin}/metrics", timeout=30).text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return float(sample.value)
-    return 0.0
+    return metric(httpx.get(f"{sglang.origin}/metrics", timeout=30).text, name, **labels)
 
 
 def prefilled(sglang: ServerProcess) -> float:
