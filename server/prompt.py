@@ -239,7 +239,7 @@ def load_tokenizer(path: str) -> Tokenizer:
     config first, and that import takes torch: more than half of a replay or remote front's start
     on a 2-core CPU (ready in 3.3 s against 7.5, back to back); the generic class needs only
     `tokenizers`. Any other tokenizer goes through AutoTokenizer."""
-    if _generic_tokenizer(Path(path)):
+    if generic_tokenizer_folder(Path(path)):
         from transformers import TokenizersBackend
 
         return cast(Tokenizer, TokenizersBackend.from_pretrained(path))
@@ -251,7 +251,7 @@ def load_tokenizer(path: str) -> Tokenizer:
     return cast(Tokenizer, AutoTokenizer.from_pretrained(path))
 
 
-def _generic_tokenizer(folder: Path) -> bool:
+def generic_tokenizer_folder(folder: Path) -> bool:
     """`folder` holds a tokenizer.json whose config names the generic class and no code of its
     own (`auto_map`)."""
     try:

@@ -1,22 +1,28 @@
 """The SGLang plugin, as SGLang applies it in each of its processes on a CPU: the small steps
 SGLang wraps in torch.compile run as the eager functions they wrap (inductor would build C++ at
 their first use: seconds held on one request, and a compiler the slim image has not), with
-SGLang's results."""
+SGLang's results; and the embedded model's tokenizer, whose folder declares transformers' generic
+class, is loaded once where SGLang's own `get_tokenizer` loads it three times, to the same
+tokenizer."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from typing import Any
+
+import pytest
 
 # In a process of its own: the plugin's hooks rewrite SGLang's modules for good.
 SCRIPT = """
-import json, torch
+import json, sys, torch
 from server.engines.sglang.cpu_compat import prepare_cpu_runtime
 prepare_cpu_runtime()
 from server.engines.sglang import plugin
 plugin.register()
 from sglang.srt.plugins.hook_registry import HookRegistry
+from sglang.srt.managers import scheduler
 HookRegistry.apply_hooks()
 from torch._dynamo.utils import counters
 from sglang.srt.layers import sampler
@@ -25,18 +31,55 @@ logits = torch.tensor([[-2.0, 3.0, 0.5], [1.0, -1.0, 4.0]])
 repetition_penalty.apply_scaling_penalties(logits, torch.tensor([[2.0, 2.0, 1.0], [4.0, 4.0, 0.5]]))
 logprobs = torch.log_softmax(torch.tensor([[0.1, 2.0, 0.3]]), dim=-1)
 drawn = sampler.multinomial_with_seed(logprobs, torch.tensor([7]), torch.tensor([3]))
+
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+load = PreTrainedTokenizerBase._from_pretrained.__func__
+loads = []
+def counted(cls, *args, **kwargs):
+    loads.append(cls.__name__)
+    return load(cls, *args, **kwargs)
+PreTrainedTokenizerBase._from_pretrained = classmethod(counted)
+arguments = dict(tokenizer_mode="auto", trust_remote_code=False, revision=None,
+                 tokenizer_backend="huggingface")  # as SGLang's scheduler passes them
+texts = ["Hello, world!", "<|im_start|>user\\n  tabs\\tand \\u00e9t\\u00e9 \\U0001F600<|im_end|>"]
+def seen(tokenizer):
+    return {"class": type(tokenizer).__name__, "init": repr(sorted(tokenizer.init_kwargs.items())),
+            "vocab": tokenizer.get_vocab(), "special": tokenizer.all_special_tokens,
+            "template": tokenizer.chat_template, "ids": [tokenizer.encode(t) for t in texts],
+            "text": [tokenizer.decode(tokenizer.encode(t)) for t in texts],
+            "stops": sorted(getattr(tokenizer, "additional_stop_token_ids", None) or ())}
+hooked = seen(scheduler.get_tokenizer(sys.argv[1], **arguments))
+hooked_loads, loads[:] = list(loads), []
+original = getattr(scheduler.get_tokenizer, "__wrapped__", scheduler.get_tokenizer)
+sglangs = seen(original(sys.argv[1], **arguments))
 print(json.dumps({"penalized": logits.tolist(), "drawn": drawn.shape[0],
-                  "compiled": sum(counters["frames"].values())}))
+                  "compiled": sum(counters["frames"].values()),
+                  "hooked": hooked, "hooked_loads": hooked_loads,
+                  "sglangs": sglangs, "sglangs_loads": loads}))
 """
 
 
-def test_compiled_steps_run_eagerly_with_sglangs_results() -> None:
+@pytest.fixture(scope="module")
+def seen() -> dict[str, Any]:
+    from server.config import default_cache_dir
+    from server.models.embedded import ensure_converted
+
+    folder = ensure_converted(default_cache_dir())
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", SCRIPT, str(folder)], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_compiled_steps_run_eagerly_with_sglangs_results(seen: dict[str, Any]) -> None:
     assert seen["compiled"] == 0, seen  # no frame went through dynamo
     # SGLang's rule: a negative logit multiplied by its penalty, a positive one divided.
     assert seen["penalized"] == [[-4.0, 1.5, 0.5], [0.25, -4.0, 8.0]]
     assert seen["drawn"] == 1
+
+
+def test_a_generic_tokenizer_is_loaded_once_as_sglang_would_load_it(seen: dict[str, Any]) -> None:
+    assert seen["sglangs_loads"] == ["TokenizersBackend"] * 3  # what the hook saves
+    assert seen["hooked_loads"] == ["TokenizersBackend"]
+    assert seen["hooked"] == seen["sglangs"]

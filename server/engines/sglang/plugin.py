@@ -1,6 +1,8 @@
 """b3os-infer's SGLang plugin (entry point group `sglang.srt.plugins`), which SGLang loads in
 each of its processes (the main one first, before it reads its arguments). Everywhere, it lets
-seeded sampling take min_p (`seeded_sampling.py`). On a CPU it makes
+seeded sampling take min_p (`seeded_sampling.py`), and a folder that declares transformers'
+generic tokenizer class has its tokenizer loaded once rather than three times
+(`tokenizer_load.py`). On a CPU it makes
 SGLang's deterministic inference, which seeded sampling rests on, available there: the CPU
 attention backends join SGLang's deterministic lists (they compute each request alone, so the
 radix cache stays on), SGLang's batch-invariant kernels, Triton and GPU-only, are not
@@ -44,6 +46,7 @@ def register() -> None:
         # started them stops them when it stops.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     _seeded_min_p()
+    _tokenizer_loaded_once()
     if os.environ.get("SGLANG_USE_CPU_ENGINE") != "1":
         return
     _deterministic_inference_on_cpu()
@@ -73,6 +76,14 @@ def _seeded_min_p() -> None:
 
     original = sampler.top_k_top_p_min_p_sampling_from_probs_torch
     HookRegistry.register(TARGET, min_p_first(original), HookType.REPLACE)
+
+
+def _tokenizer_loaded_once() -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    from server.engines.sglang import tokenizer_load
+
+    HookRegistry.register(tokenizer_load.TARGET, tokenizer_load.load_generic_once, HookType.AROUND)
 
 
 def _deterministic_inference_on_cpu() -> None:

@@ -1,0 +1,60 @@
+"""SGLang's tokenizer loaded once, not three times, where the model's folder declares transformers'
+generic tokenizer class.
+
+SGLang 0.5.23 loads a tokenizer with AutoTokenizer, and when that gives the generic
+`TokenizersBackend` it loads it twice more in search of a class of the model's own: with
+`use_fast=False`, then as the class `tokenizer_config.json` declares. For a folder that declares
+the generic class itself (what transformers writes for a tokenizer with no class of its own: the
+embedded model's folder), both retries end on that same class. SGLang loads its tokenizer four
+times a start (the main process, the detokenizer, the scheduler and its model worker), so a start
+paid twelve loads for four tokenizers. Here such a folder is loaded as its declared class once,
+with SGLang's own arguments, and given SGLang's own post-load fixes; any other folder, mode or
+backend goes through SGLang's `get_tokenizer` unchanged. Measured back to back in one process on
+a 2-core machine, the embedded model's: 0.37-0.53 s a call against SGLang's 1.6-1.8 s, about 5 s
+of CPU a start."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+TARGET = "sglang.srt.utils.hf_transformers.tokenizer.get_tokenizer"
+
+
+def load_generic_once(
+    original: Callable[..., Any],
+    tokenizer_name: str,
+    *args: Any,
+    tokenizer_mode: str = "auto",
+    trust_remote_code: bool = False,
+    tokenizer_revision: str | None = None,
+    tokenizer_backend: str = "huggingface",
+    **kwargs: Any,
+) -> Any:
+    """An AROUND hook on SGLang's `get_tokenizer`."""
+    from server.prompt import generic_tokenizer_folder
+
+    ordinary = not args and tokenizer_mode == "auto" and tokenizer_backend == "huggingface"
+    if not (ordinary and generic_tokenizer_folder(Path(tokenizer_name))):
+        return original(
+            tokenizer_name,
+            *args,
+            tokenizer_mode=tokenizer_mode,
+            trust_remote_code=trust_remote_code,
+            tokenizer_revision=tokenizer_revision,
+            tokenizer_backend=tokenizer_backend,
+            **kwargs,
+        )
+    from sglang.srt.utils.hf_transformers import tokenizer as sglang_tokenizer
+    from transformers import TokenizersBackend
+
+    # The arguments of SGLang's last load, as the declared class, which its result holds.
+    tokenizer = TokenizersBackend.from_pretrained(
+        tokenizer_name,
+        trust_remote_code=trust_remote_code,
+        tokenizer_revision=tokenizer_revision,
+        clean_up_tokenization_spaces=False,
+        **{**kwargs, "use_fast": False},
+    )
+    return sglang_tokenizer._apply_post_load_fixes(tokenizer, tokenizer_name, tokenizer_revision)
