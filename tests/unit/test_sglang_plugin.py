@@ -3,11 +3,13 @@ SGLang wraps in torch.compile run as the eager functions they wrap (inductor wou
 their first use: seconds held on one request, and a compiler the slim image has not), with
 SGLang's results; and the embedded model's tokenizer, whose folder declares transformers' generic
 class, is loaded once where SGLang's own `get_tokenizer` loads it three times, to the same
-tokenizer."""
+tokenizer; a folder that declares the generic class for a model type with a tokenizer class of its
+own goes through SGLang's function (AutoTokenizer takes that class there)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from typing import Any
@@ -48,26 +50,36 @@ def seen(tokenizer):
             "template": tokenizer.chat_template, "ids": [tokenizer.encode(t) for t in texts],
             "text": [tokenizer.decode(tokenizer.encode(t)) for t in texts],
             "stops": sorted(getattr(tokenizer, "additional_stop_token_ids", None) or ())}
-hooked = seen(scheduler.get_tokenizer(sys.argv[1], **arguments))
-hooked_loads, loads[:] = list(loads), []
 original = getattr(scheduler.get_tokenizer, "__wrapped__", scheduler.get_tokenizer)
-sglangs = seen(original(sys.argv[1], **arguments))
+def compared(folder):
+    loads[:] = []
+    hooked = seen(scheduler.get_tokenizer(folder, **arguments))
+    hooked_loads, loads[:] = list(loads), []
+    sglangs = seen(original(folder, **arguments))
+    return {"hooked": hooked, "hooked_loads": hooked_loads, "sglangs": sglangs,
+            "sglangs_loads": list(loads)}
 print(json.dumps({"penalized": logits.tolist(), "drawn": drawn.shape[0],
                   "compiled": sum(counters["frames"].values()),
-                  "hooked": hooked, "hooked_loads": hooked_loads,
-                  "sglangs": sglangs, "sglangs_loads": loads}))
+                  "embedded": compared(sys.argv[1]), "typed": compared(sys.argv[2])}))
 """
 
 
 @pytest.fixture(scope="module")
-def seen() -> dict[str, Any]:
+def seen(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from server.config import default_cache_dir
     from server.models.embedded import ensure_converted
 
     folder = ensure_converted(default_cache_dir())
+    # The embedded model's tokenizer, in a folder whose model type has a tokenizer class of its own.
+    typed = tmp_path_factory.mktemp("qwen2-typed")
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(folder / name, typed / name)
+    config = json.loads((folder / "config.json").read_text())
+    (typed / "config.json").write_text(json.dumps({**config, "model_type": "qwen2"}))
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(folder)], capture_output=True, text=True, timeout=300
-    )
+        [sys.executable, "-c", SCRIPT, str(folder), str(typed)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -80,6 +92,16 @@ def test_compiled_steps_run_eagerly_with_sglangs_results(seen: dict[str, Any]) -
 
 
 def test_a_generic_tokenizer_is_loaded_once_as_sglang_would_load_it(seen: dict[str, Any]) -> None:
-    assert seen["sglangs_loads"] == ["TokenizersBackend"] * 3  # what the hook saves
-    assert seen["hooked_loads"] == ["TokenizersBackend"]
-    assert seen["hooked"] == seen["sglangs"]
+    embedded = seen["embedded"]
+    assert embedded["sglangs_loads"] == ["TokenizersBackend"] * 3  # what the hook saves
+    assert embedded["hooked_loads"] == ["TokenizersBackend"]
+    assert embedded["hooked"] == embedded["sglangs"]
+
+
+def test_a_model_type_with_a_tokenizer_class_of_its_own_goes_through_sglang(
+    seen: dict[str, Any],
+) -> None:
+    typed = seen["typed"]
+    assert typed["sglangs"]["class"] == "Qwen2Tokenizer"  # AutoTokenizer's pick, not the declared
+    assert typed["hooked_loads"] == typed["sglangs_loads"]
+    assert typed["hooked"] == typed["sglangs"]
