@@ -1,16 +1,14 @@
-"""b3os-infer's SGLang plugin (entry point group `sglang.srt.plugins`), which SGLang loads in
-each of its processes (the main one first, before it reads its arguments). Everywhere, it lets
-seeded sampling take min_p (`seeded_sampling.py`), and a folder that declares transformers'
-generic tokenizer class has its tokenizer loaded once rather than three times
-(`tokenizer_load.py`). On a CPU it makes
-SGLang's deterministic inference, which seeded sampling rests on, available there: the CPU
-attention backends join SGLang's deterministic lists (they compute each request alone, so the
-radix cache stays on), SGLang's batch-invariant kernels, Triton and GPU-only, are not
-installed, and its seeded sampler and repetition penalty run eagerly. On a CPU without AMX it
-also installs the faster plain-torch model path of `cpu/`. In every process it keeps SGLang's
-list of model modules that do not import on this machine (a dozen lines at each start, none about
-the model served) at debug level. In the processes SGLang spawns it leaves SIGINT to the process
-that started them.
+"""b3os-infer's SGLang plugin (entry point group `sglang.srt.plugins`), which SGLang loads in each
+of its processes (the main one first, before it reads its arguments). Everywhere, it lets seeded
+sampling take min_p (`seeded_sampling.py`), and a tokenizer for which AutoTokenizer gives
+transformers' generic class is loaded once rather than three times (`tokenizer_load.py`). On a CPU
+it makes SGLang's deterministic inference, which seeded sampling rests on, available there: the CPU
+attention backends join SGLang's deterministic lists (they compute each request alone, so the radix
+cache stays on), SGLang's batch-invariant kernels, Triton and GPU-only, are not installed, and its
+seeded sampler and repetition penalty run eagerly. On a CPU without AMX it also installs the faster
+plain-torch model path of `cpu/`. In every process it keeps SGLang's list of model modules that do
+not import on this machine (a dozen lines at each start, none about the model served) at debug
+level. In the processes SGLang spawns it leaves SIGINT to the process that started them.
 """
 
 from __future__ import annotations

@@ -11,10 +11,10 @@ retries then end on that same class. SGLang loads its tokenizer four times a sta
 process, the detokenizer, the scheduler and its model worker), so a start paid twelve loads for
 four tokenizers. Here such a folder is loaded as its declared class once, with the arguments of
 SGLang's last load, and given SGLang's own post-load fixes; any other folder, mode or backend goes
-through SGLang's `get_tokenizer` unchanged. Measured on a 2-core machine with the embedded model:
-0.37-0.53 s a call against SGLang's 1.6-1.8 s (back to back in one process); an in-process start,
-with and without it in turn four times each, ready in 19.8-21.7 s against 21.5-31.6 s, on
-29.5-32.2 CPU-seconds against 32.8-43.7."""
+through SGLang's `get_tokenizer` unchanged. Measured on a 2-core machine with the embedded model,
+with and without it in the same run: a call takes 0.20-0.33x the time of SGLang's (back to back in
+one process, three each); an in-process start, four each in turn, is ready in 0.84x the time on
+0.84x the CPU-seconds (medians)."""
 
 from __future__ import annotations
 
