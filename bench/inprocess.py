@@ -21,7 +21,8 @@ async def measure(count: int, max_tokens: int) -> list[dict[str, Any]]:
     from server.engines.sglang.engine import SGLangEngine
     from server.ids import RequestIds
     from server.models.source import resolve
-    from server.prompt import PromptRenderer, load_tokenizer
+    from server.prompt import PromptRenderer
+    from server.tokenizer import load_tokenizer
 
     settings = Settings(cache_dir=default_cache_dir())
     source = resolve(settings)

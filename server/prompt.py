@@ -6,8 +6,7 @@ same strings the grammar makes the model write and the output parser reads."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import orjson
 
@@ -227,40 +226,3 @@ def _byte_of_char() -> dict[str, int]:
 
 
 _BYTE_OF = _byte_of_char()  # a constant table
-GENERIC_TOKENIZER = "TokenizersBackend"
-
-
-def load_tokenizer(path: str) -> Tokenizer:
-    """The model's Hugging Face tokenizer, with its chat template (blocking: call in a thread).
-
-    A folder whose tokenizer is transformers' generic one (`tokenizer_class: TokenizersBackend`,
-    what transformers writes for a tokenizer with no class of its own: the embedded model's is) is
-    loaded as that class directly, as AutoTokenizer would load it. AutoTokenizer reads the model's
-    config first, and that import takes torch: more than half of a replay or remote front's start
-    on a 2-core CPU (ready in 3.3 s against 7.5, back to back); the generic class needs only
-    `tokenizers`. Any other tokenizer goes through AutoTokenizer."""
-    if generic_tokenizer_folder(Path(path)):
-        from transformers import TokenizersBackend
-
-        return cast(Tokenizer, TokenizersBackend.from_pretrained(path))
-    from server.torch_compat import ensure_torchvision_loadable
-
-    ensure_torchvision_loadable()
-    from transformers import AutoTokenizer
-
-    return cast(Tokenizer, AutoTokenizer.from_pretrained(path))
-
-
-def generic_tokenizer_folder(folder: Path) -> bool:
-    """`folder` holds a tokenizer.json whose config names the generic class and no code of its
-    own (`auto_map`)."""
-    try:
-        config = orjson.loads((folder / "tokenizer_config.json").read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return False
-    return (
-        isinstance(config, dict)
-        and config.get("tokenizer_class") == GENERIC_TOKENIZER
-        and "auto_map" not in config
-        and (folder / "tokenizer.json").is_file()
-    )

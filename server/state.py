@@ -31,13 +31,14 @@ from server.node.admission import Admission
 from server.node.limits import load as load_limits
 from server.node.metering import Meter
 from server.node.metrics import Metrics
-from server.prompt import PromptRenderer, load_tokenizer
+from server.prompt import PromptRenderer
 from server.protocols.anthropic.options import DecodeOptions
 from server.protocols.responses.tools import ResponsesOptions
 from server.requestlog import RequestLog
 from server.store.base import Store
 from server.store.sqlite import SqliteStore
 from server.store.writer import StoreWriter
+from server.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 

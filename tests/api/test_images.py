@@ -20,7 +20,7 @@ from server.config import Settings, default_cache_dir
 from server.images.decode import TOKENS_PER_IMAGE
 from server.images.loader import ImageLoader
 from server.models.embedded import ensure_converted
-from server.prompt import load_tokenizer
+from server.tokenizer import load_tokenizer
 from tests.api.conventions import wait_for
 from tests.api.scripted import ScriptedServer, end, scripted_server, text
 from tests.image_server import PHOTO, ImageServer, png

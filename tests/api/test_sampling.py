@@ -22,7 +22,7 @@ import pytest
 
 from server.config import default_cache_dir
 from server.models.embedded import ensure_converted
-from server.prompt import load_tokenizer
+from server.tokenizer import load_tokenizer
 from tests.api.sse import events
 
 STORY = [{"role": "user", "content": "Tell me a short story about a cat."}]

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from grammars import family_for
@@ -24,8 +18,8 @@ from server.canonical import (
 )
 from server.config import default_cache_dir
 from server.models.embedded import ensure_converted
-from server.prompt import PromptRenderer, load_tokenizer
-from server.torch_compat import ensure_torchvision_loadable
+from server.prompt import PromptRenderer
+from server.tokenizer import load_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -115,45 +109,3 @@ def test_reasoning_opens_the_answer_and_goes_back_for_the_current_turn(
     assert "<|im_start|>assistant\n<think>\nuse the tool\n</think>\n\n<tool_call>" in text
     assert text.endswith("<|im_start|>assistant\n<think>\n")
 
-
-def test_the_generic_tokenizer_loads_as_autotokenizer_would_and_without_torch(
-    tmp_path: Path,
-) -> None:
-    """The embedded model's tokenizer is transformers' generic class: loaded directly, it is the
-    tokenizer AutoTokenizer gives (same class, ids, pieces, template), and torch stays out of the
-    process (a front on the remote or replay engine starts seconds sooner)."""
-    folder = ensure_converted(default_cache_dir())
-    script = (
-        "import sys; from server.prompt import load_tokenizer; "
-        f"load_tokenizer({str(folder)!r}); print('torch' in sys.modules)"
-    )
-    imported = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True
-    )
-    assert imported.stdout.split() == ["False"]
-
-    ensure_torchvision_loadable()
-    from transformers import AutoTokenizer
-
-    direct, auto = load_tokenizer(str(folder)), AutoTokenizer.from_pretrained(str(folder))
-    assert type(direct) is type(auto)
-    text = "<|im_start|>user\nnaïve café — 東京 🚀 def f(x):\n\treturn x**2<|im_end|>"
-    ids = direct.encode(text, add_special_tokens=False)
-    assert ids == auto.encode(text, add_special_tokens=False)
-    assert direct.decode(ids) == auto.decode(ids) == text
-    pieces = direct.convert_ids_to_tokens(ids)  # type: ignore[attr-defined]
-    assert pieces == auto.convert_ids_to_tokens(ids)
-    conversation = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]
-    assert direct.apply_chat_template(conversation, tokenize=False) == auto.apply_chat_template(
-        conversation, tokenize=False
-    )
-
-    # A folder naming a class of its own goes through AutoTokenizer.
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(folder / name, tmp_path / name)
-    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
-    (tmp_path / "tokenizer_config.json").write_text(
-        json.dumps({**config, "tokenizer_class": "GPT2Tokenizer"})
-    )
-    shutil.copy(folder / "config.json", tmp_path / "config.json")
-    assert type(load_tokenizer(str(tmp_path))).__name__ == "GPT2Tokenizer"

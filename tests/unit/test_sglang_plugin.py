@@ -3,8 +3,9 @@ SGLang wraps in torch.compile run as the eager functions they wrap (inductor wou
 their first use: seconds held on one request, and a compiler the slim image has not), with
 SGLang's results; and the embedded model's tokenizer, whose folder declares transformers' generic
 class, is loaded once where SGLang's own `get_tokenizer` loads it three times, to the same
-tokenizer; a folder that declares the generic class for a model type with a tokenizer class of its
-own goes through SGLang's function (AutoTokenizer takes that class there)."""
+tokenizer, as it is for a model type whose own class AutoTokenizer leaves to the declared one
+(gemma); a folder of a type whose declared class transformers replaces (qwen2) goes through SGLang's
+function."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def compared(folder):
             "sglangs_loads": list(loads)}
 print(json.dumps({"penalized": logits.tolist(), "drawn": drawn.shape[0],
                   "compiled": sum(counters["frames"].values()),
-                  "embedded": compared(sys.argv[1]), "typed": compared(sys.argv[2])}))
+                  "tokenizers": {folder: compared(folder) for folder in sys.argv[1:]}}))
 """
 
 
@@ -70,18 +71,24 @@ def seen(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from server.models.embedded import ensure_converted
 
     folder = ensure_converted(default_cache_dir())
-    # The embedded model's tokenizer, in a folder whose model type has a tokenizer class of its own.
-    typed = tmp_path_factory.mktemp("qwen2-typed")
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        shutil.copy(folder / name, typed / name)
-    config = json.loads((folder / "config.json").read_text())
-    (typed / "config.json").write_text(json.dumps({**config, "model_type": "qwen2"}))
+    # The embedded model's tokenizer in folders typed as other models (see the tests below).
+    typed = {}
+    for model_type in ("gemma", "qwen2"):
+        typed[model_type] = tmp_path_factory.mktemp(f"{model_type}-typed")
+        for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+            shutil.copy(folder / name, typed[model_type] / name)
+        config = json.loads((folder / "config.json").read_text())
+        config_json = json.dumps({**config, "model_type": model_type})
+        (typed[model_type] / "config.json").write_text(config_json)
+    folders = {"embedded": folder, **typed}
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(folder), str(typed)],
+        [sys.executable, "-c", SCRIPT, *map(str, folders.values())],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    result = dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    tokenizers = result.pop("tokenizers")
+    return {**result, **{name: tokenizers[str(path)] for name, path in folders.items()}}
 
 
 def test_compiled_steps_run_eagerly_with_sglangs_results(seen: dict[str, Any]) -> None:
@@ -91,17 +98,22 @@ def test_compiled_steps_run_eagerly_with_sglangs_results(seen: dict[str, Any]) -
     assert seen["drawn"] == 1
 
 
-def test_a_generic_tokenizer_is_loaded_once_as_sglang_would_load_it(seen: dict[str, Any]) -> None:
-    embedded = seen["embedded"]
-    assert embedded["sglangs_loads"] == ["TokenizersBackend"] * 3  # what the hook saves
-    assert embedded["hooked_loads"] == ["TokenizersBackend"]
-    assert embedded["hooked"] == embedded["sglangs"]
+@pytest.mark.parametrize("folder", ["embedded", "gemma"])
+def test_a_generic_tokenizer_is_loaded_once_as_sglang_would_load_it(
+    seen: dict[str, Any], folder: str
+) -> None:
+    """The embedded model's own folder (llama: no tokenizer class of its own), and the same
+    tokenizer typed gemma (a class of its own, which AutoTokenizer leaves to the declared one)."""
+    loaded = seen[folder]
+    assert loaded["sglangs_loads"] == ["TokenizersBackend"] * 3  # what the hook saves
+    assert loaded["hooked_loads"] == ["TokenizersBackend"]
+    assert loaded["hooked"] == loaded["sglangs"]
 
 
-def test_a_model_type_with_a_tokenizer_class_of_its_own_goes_through_sglang(
+def test_a_type_whose_declared_class_transformers_replaces_goes_through_sglang(
     seen: dict[str, Any],
 ) -> None:
-    typed = seen["typed"]
+    typed = seen["qwen2"]
     assert typed["sglangs"]["class"] == "Qwen2Tokenizer"  # AutoTokenizer's pick, not the declared
     assert typed["hooked_loads"] == typed["sglangs_loads"]
     assert typed["hooked"] == typed["sglangs"]

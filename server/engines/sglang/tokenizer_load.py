@@ -3,26 +3,23 @@ tokenizer class.
 
 SGLang 0.5.23 loads a tokenizer with AutoTokenizer, and when that gives the generic
 `TokenizersBackend` it loads it twice more in search of a class of the model's own: with
-`use_fast=False`, then as the class `tokenizer_config.json` declares. AutoTokenizer gives the
-generic class for a folder that declares it (what transformers writes for a tokenizer with no class
-of its own: the embedded model's folder) and whose model type has no tokenizer class registered in
-transformers (for some types AutoTokenizer takes the registered class over the declared one); both
-retries then end on that same class. SGLang loads its tokenizer four times a start (the main
-process, the detokenizer, the scheduler and its model worker), so a start paid twelve loads for
-four tokenizers. Here such a folder is loaded as its declared class once, with the arguments of
-SGLang's last load, and given SGLang's own post-load fixes; any other folder, mode or backend goes
-through SGLang's `get_tokenizer` unchanged. Measured on a 2-core machine with the embedded model,
-with and without it in the same run: a call takes 0.20-0.33x the time of SGLang's (back to back in
-one process, three each); an in-process start, four each in turn, is ready in 0.84x the time on
-0.84x the CPU-seconds (medians)."""
+`use_fast=False`, then as the class `tokenizer_config.json` declares. For a folder that declares the
+generic class itself (what transformers writes for a tokenizer with no class of its own: the
+embedded model's folder) and for which AutoTokenizer keeps it (decided as the front decides it, in
+`server/tokenizer.py`), both retries end on that same class. SGLang loads its tokenizer four times
+a start (the main process, the detokenizer, the scheduler and its model worker), so a start paid
+twelve loads for four tokenizers. Here such a folder is loaded as its declared class once, with
+the arguments of SGLang's last load, and given SGLang's own post-load fixes; any other folder, mode
+or backend goes through SGLang's `get_tokenizer` unchanged. Measured on a 2-core machine with the
+embedded model, with and without it in the same run: a call takes 0.20-0.33x the time of SGLang's
+(back to back in one process, three each); an in-process start, four each in turn, is ready in
+0.84x the time on 0.84x the CPU-seconds (medians)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import orjson
 
 TARGET = "sglang.srt.utils.hf_transformers.tokenizer.get_tokenizer"
 
@@ -39,11 +36,10 @@ def load_generic_once(
 ) -> Any:
     """An AROUND hook on SGLang's `get_tokenizer`: one load where AutoTokenizer would give the
     generic class, SGLang's own function for anything else."""
-    from server.prompt import generic_tokenizer_folder
+    from server.tokenizer import autotokenizer_gives_generic
 
-    folder = Path(tokenizer_name)
     ordinary = not args and tokenizer_mode == "auto" and tokenizer_backend == "huggingface"
-    if not (ordinary and generic_tokenizer_folder(folder) and _no_registered_class(folder)):
+    if not (ordinary and autotokenizer_gives_generic(Path(tokenizer_name))):
         return original(
             tokenizer_name,
             *args,
@@ -65,17 +61,3 @@ def load_generic_once(
         **{**kwargs, "use_fast": False},
     )
     return sglang_tokenizer._apply_post_load_fixes(tokenizer, tokenizer_name, tokenizer_revision)
-
-
-def _no_registered_class(folder: Path) -> bool:
-    """The model's type (`config.json`) has no tokenizer class of its own in transformers, so
-    AutoTokenizer keeps the class the folder declares (transformers 5's tokenization_auto: only a
-    registered class can take its place)."""
-    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES
-
-    try:
-        config = orjson.loads((folder / "config.json").read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return False
-    model_type = config.get("model_type") if isinstance(config, dict) else None
-    return isinstance(model_type, str) and TOKENIZER_MAPPING_NAMES.get(model_type) is None

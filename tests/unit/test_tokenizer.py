@@ -1,0 +1,104 @@
+"""The front's tokenizer is the one AutoTokenizer gives (the engine gets the front's token ids),
+and where that is transformers' generic class it is loaded without torch."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from server import tokenizer as tokenizers
+from server.config import default_cache_dir
+from server.models.embedded import ensure_converted
+from server.tokenizer import autotokenizer_gives_generic, load_tokenizer, replaced_model_types
+from server.torch_compat import ensure_torchvision_loadable
+
+
+@pytest.fixture(scope="module")
+def embedded() -> Path:
+    return ensure_converted(default_cache_dir())
+
+
+def auto_tokenizer(folder: Path) -> Any:
+    ensure_torchvision_loadable()
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))
+
+
+def copy_typed(embedded: Path, folder: Path, model_type: str) -> Path:
+    """The embedded model's tokenizer in `folder`, its config.json saying `model_type`."""
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(embedded / name, folder / name)
+    config = json.loads((embedded / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": model_type}))
+    return folder
+
+
+def test_the_generic_tokenizer_loads_as_autotokenizer_would_and_without_torch(
+    embedded: Path, tmp_path: Path
+) -> None:
+    """The embedded model's tokenizer is transformers' generic class: loaded directly, it is the
+    tokenizer AutoTokenizer gives (same class, ids, pieces, template), and torch stays out of the
+    process (a front on the remote or replay engine starts seconds sooner)."""
+    script = (
+        "import sys; from server.tokenizer import load_tokenizer; "
+        f"load_tokenizer({str(embedded)!r}); print('torch' in sys.modules)"
+    )
+    imported = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert imported.stdout.split() == ["False"]
+
+    direct, auto = load_tokenizer(str(embedded)), auto_tokenizer(embedded)
+    assert type(direct) is type(auto)
+    text = "<|im_start|>user\nnaïve café — 東京 🚀 def f(x):\n\treturn x**2<|im_end|>"
+    ids = direct.encode(text, add_special_tokens=False)
+    assert ids == auto.encode(text, add_special_tokens=False)
+    assert direct.decode(ids) == auto.decode(ids) == text
+    pieces = direct.convert_ids_to_tokens(ids)  # type: ignore[attr-defined]
+    assert pieces == auto.convert_ids_to_tokens(ids)
+    conversation = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]
+    rendered = direct.apply_chat_template(conversation, tokenize=False)
+    assert rendered == auto.apply_chat_template(conversation, tokenize=False)
+
+    # A folder naming a class of its own goes through AutoTokenizer.
+    copy_typed(embedded, tmp_path, "llama")
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({**config, "tokenizer_class": "GPT2Tokenizer"})
+    )
+    assert type(load_tokenizer(str(tmp_path))).__name__ == "GPT2Tokenizer"
+
+
+def test_the_types_read_from_transformers_source_are_its_own() -> None:
+    ensure_torchvision_loadable()
+    from transformers.models.auto import tokenization_auto
+
+    assert replaced_model_types() == tokenization_auto.MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS
+
+
+# qwen2: transformers replaces the declared generic class by Qwen2Tokenizer; gemma: a type with a
+# class of its own that AutoTokenizer leaves to the declared one; llama: no class of its own.
+@pytest.mark.parametrize("model_type", ["qwen2", "gemma", "llama"])
+def test_a_folder_declaring_the_generic_class_gets_autotokenizers_class(
+    embedded: Path, tmp_path: Path, model_type: str
+) -> None:
+    folder = copy_typed(embedded, tmp_path, model_type)
+    auto = auto_tokenizer(folder)
+    assert autotokenizer_gives_generic(folder) == (type(auto).__name__ == "TokenizersBackend")
+    assert type(load_tokenizer(str(folder))) is type(auto)
+
+
+def test_a_table_that_cannot_be_read_leaves_the_choice_to_autotokenizer(
+    embedded: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert autotokenizer_gives_generic(embedded)
+    monkeypatch.setattr(tokenizers, "REPLACED_TYPES", "NO_SUCH_TABLE")
+    assert replaced_model_types() is None
+    assert not autotokenizer_gives_generic(embedded)
