@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,16 +23,25 @@ import orjson
 from server.prompt import Tokenizer
 
 GENERIC_TOKENIZER = "TokenizersBackend"
+# A Mistral tokenizer's own vocabulary: with mistral_common installed (SGLang requires it),
+# AutoTokenizer gives MistralCommonBackend for a Mistral-family folder that holds one.
+MISTRAL_VOCABULARY = "tekken.json"
 # Where transformers 5's AutoTokenizer keeps the model types whose declared tokenizer class it
-# replaces by the type's own registered class: the module's file within the package (finding it
-# by its module name imports the packages above it, 0.25 s of a front's start).
+# replaces by the type's own registered class: the module, its file within the package (finding
+# it by its module name imports the packages above it, 0.25 s of a front's start), and the name
+# of the set there.
+AUTO_TOKENIZER_MODULE = "transformers.models.auto.tokenization_auto"
 AUTO_TOKENIZER_SOURCE = Path("models", "auto", "tokenization_auto.py")
-REPLACED_TYPES = "MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS"
+REPLACED_TYPES_NAME = "MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS"
+SET_MUTATORS = frozenset(
+    {"add", "update", "discard", "remove", "pop", "clear", "difference_update",
+     "intersection_update", "symmetric_difference_update"}
+)  # fmt: skip
 
 
 def load_tokenizer(path: str) -> Tokenizer:
-    """The tokenizer AutoTokenizer gives for the folder `path`, with its chat template (blocking:
-    call in a thread); without torch where that is the generic class."""
+    """The tokenizer AutoTokenizer gives for `path` (a folder or a model id), with its chat
+    template (blocking: call in a thread); without torch where that is the generic class."""
     if autotokenizer_gives_generic(Path(path)):
         from transformers import TokenizersBackend
 
@@ -45,33 +55,31 @@ def load_tokenizer(path: str) -> Tokenizer:
 
 
 def autotokenizer_gives_generic(folder: Path) -> bool:
-    """AutoTokenizer gives the generic class for `folder`: the folder declares that class, with a
-    tokenizer.json and no code of its own (`auto_map`), and its model (config.json's `model_type`
-    and `model_name`) is of no type whose declared class transformers replaces. False where the
-    table of those types cannot be read."""
-    if not generic_tokenizer_folder(folder):
+    """AutoTokenizer, given `folder` alone, gives the generic class: the folder declares that
+    class, with a tokenizer.json, no code of its own (`auto_map`) and no Mistral vocabulary, and its
+    config.json (if any) names no model type or model name whose declared class transformers
+    replaces. False where any of that cannot be told (an unreadable config, the table of those
+    types not found): AutoTokenizer then decides."""
+    if not _declares_generic(folder) or (folder / MISTRAL_VOCABULARY).exists():
         return False
+    config: dict[str, Any] | None = {}
+    if (folder / "config.json").exists():
+        config = _json_object(folder / "config.json")
     replaced = replaced_model_types()
-    if replaced is None:
+    if config is None or replaced is None:
         return False
-    config = _json_object(folder / "config.json")
-    return not {config.get("model_type"), config.get("model_name")} & replaced
-
-
-def generic_tokenizer_folder(folder: Path) -> bool:
-    """`folder` holds a tokenizer.json whose config names the generic class and no code of its
-    own (`auto_map`)."""
-    config = _json_object(folder / "tokenizer_config.json")
-    return (
-        config.get("tokenizer_class") == GENERIC_TOKENIZER
-        and "auto_map" not in config
-        and (folder / "tokenizer.json").is_file()
-    )
+    names = (config.get("model_type"), config.get("model_name"))
+    return all(isinstance(name, str | None) and name not in replaced for name in names)
 
 
 def replaced_model_types() -> frozenset[str] | None:
-    """The model types whose declared tokenizer class AutoTokenizer replaces, read from the
-    installed transformers' source (a literal set); None if it holds no such set."""
+    """The model types whose declared tokenizer class AutoTokenizer replaces: the set itself
+    where transformers' module is already imported (SGLang's processes), else read from its
+    source, where it must be a literal bound once and never changed; None if neither holds."""
+    imported = sys.modules.get(AUTO_TOKENIZER_MODULE)
+    if imported is not None:
+        value = getattr(imported, REPLACED_TYPES_NAME, None)
+        return frozenset(value) if isinstance(value, set | frozenset) else None
     spec = importlib.util.find_spec("transformers")
     if spec is None or spec.origin is None:
         return None
@@ -79,28 +87,43 @@ def replaced_model_types() -> frozenset[str] | None:
         tree = ast.parse((Path(spec.origin).parent / AUTO_TOKENIZER_SOURCE).read_bytes())
     except (OSError, SyntaxError, ValueError):
         return None
-    for statement in tree.body:
-        targets: list[ast.expr] = []
-        if isinstance(statement, ast.AnnAssign):
-            targets = [statement.target]
-        elif isinstance(statement, ast.Assign):
-            targets = statement.targets
-        value = getattr(statement, "value", None)
-        if value is not None and any(
-            isinstance(target, ast.Name) and target.id == REPLACED_TYPES for target in targets
+    bound: list[ast.AST | None] = []  # what each binding of the name binds it to
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == REPLACED_TYPES_NAME for t in targets):
+                bound.append(node if isinstance(node, ast.AugAssign) else node.value)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == REPLACED_TYPES_NAME
+            and node.attr in SET_MUTATORS
         ):
-            try:
-                types = ast.literal_eval(value)
-            except (ValueError, TypeError, SyntaxError):
-                return None
-            return frozenset(types) if isinstance(types, set) else None
-    return None
+            return None
+    if len(bound) != 1 or not isinstance(bound[0], ast.Set):
+        return None
+    try:
+        types = ast.literal_eval(bound[0])
+    except (ValueError, TypeError, SyntaxError):
+        return None
+    return frozenset(types)
 
 
-def _json_object(path: Path) -> dict[str, Any]:
-    """The JSON object in `path`; empty where the file is missing, unreadable or not an object."""
+def _declares_generic(folder: Path) -> bool:
+    """`folder` holds a tokenizer.json whose config names the generic class and no code of its
+    own (`auto_map`)."""
+    config = _json_object(folder / "tokenizer_config.json") or {}
+    return (
+        config.get("tokenizer_class") == GENERIC_TOKENIZER
+        and "auto_map" not in config
+        and (folder / "tokenizer.json").is_file()
+    )
+
+
+def _json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object in `path`; None where the file is missing, unreadable or not an object."""
     try:
         value = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError):
-        return {}
-    return value if isinstance(value, dict) else {}
+        return None
+    return value if isinstance(value, dict) else None

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from server import tokenizer as tokenizers
+from server import tokenizer as tokenizer_module
 from server.config import default_cache_dir
 from server.models.embedded import ensure_converted
 from server.tokenizer import autotokenizer_gives_generic, load_tokenizer, replaced_model_types
@@ -77,10 +77,41 @@ def test_the_generic_tokenizer_loads_as_autotokenizer_would_and_without_torch(
 
 
 def test_the_types_read_from_transformers_source_are_its_own() -> None:
+    """Read without torch, in a process that has not imported transformers' module."""
+    script = (
+        "import json, sys; from server.tokenizer import replaced_model_types; "
+        "print(json.dumps(sorted(replaced_model_types()))); print('torch' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    read, torch_imported = done.stdout.splitlines()
     ensure_torchvision_loadable()
     from transformers.models.auto import tokenization_auto
 
-    assert replaced_model_types() == tokenization_auto.MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS
+    assert json.loads(read) == sorted(tokenization_auto.MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS)
+    assert torch_imported == "False"
+
+
+@pytest.mark.parametrize(
+    ("source", "read"),
+    [
+        ("T: set[str] = {'a', 'b'}\nother = T", {"a", "b"}),
+        ("T = {'a'}\nT.add('b')", None),
+        ("T = {'a'}\nT |= {'b'}", None),
+        ("T = {'a'}\nT = {'b'}", None),
+        ("T = set(['a'])", None),
+        ("T = {'a', x}", None),
+    ],
+)
+def test_only_a_literal_set_never_changed_is_read_from_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, read: set[str] | None
+) -> None:
+    (tmp_path / "auto.py").write_text(source)
+    monkeypatch.setattr(tokenizer_module, "AUTO_TOKENIZER_SOURCE", tmp_path / "auto.py")
+    monkeypatch.setattr(tokenizer_module, "REPLACED_TYPES_NAME", "T")
+    monkeypatch.delitem(sys.modules, tokenizer_module.AUTO_TOKENIZER_MODULE, raising=False)
+    assert replaced_model_types() == read
 
 
 # qwen2: transformers replaces the declared generic class by Qwen2Tokenizer; gemma: a type with a
@@ -99,6 +130,24 @@ def test_a_table_that_cannot_be_read_leaves_the_choice_to_autotokenizer(
     embedded: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert autotokenizer_gives_generic(embedded)
-    monkeypatch.setattr(tokenizers, "REPLACED_TYPES", "NO_SUCH_TABLE")
+    monkeypatch.setattr(tokenizer_module, "REPLACED_TYPES_NAME", "NO_SUCH_TABLE")
+    assert replaced_model_types() is None  # as imported, and from the source
+    monkeypatch.delitem(sys.modules, tokenizer_module.AUTO_TOKENIZER_MODULE, raising=False)
     assert replaced_model_types() is None
     assert not autotokenizer_gives_generic(embedded)
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("tekken.json", "{}"),  # a Mistral vocabulary: mistral_common's tokenizer where installed
+        ("config.json", "{not json"),  # AutoTokenizer fails on it, as the engine would
+        ("config.json", '{"model_type": "llama", "model_name": ["a", "list"]}'),
+    ],
+)
+def test_what_the_generic_path_cannot_vouch_for_goes_to_autotokenizer(
+    embedded: Path, tmp_path: Path, name: str, content: str
+) -> None:
+    folder = copy_typed(embedded, tmp_path, "llama")
+    (folder / name).write_text(content)
+    assert not autotokenizer_gives_generic(folder)

@@ -38,7 +38,13 @@ def load_generic_once(
     generic class, SGLang's own function for anything else."""
     from server.tokenizer import autotokenizer_gives_generic
 
-    ordinary = not args and tokenizer_mode == "auto" and tokenizer_backend == "huggingface"
+    # As SGLang's managers call it: no argument that could change AutoTokenizer's choice.
+    ordinary = (
+        not args
+        and kwargs.keys() <= {"revision"}
+        and tokenizer_mode == "auto"
+        and tokenizer_backend == "huggingface"
+    )
     if not (ordinary and autotokenizer_gives_generic(Path(tokenizer_name))):
         return original(
             tokenizer_name,
