@@ -108,4 +108,3 @@ def test_reasoning_opens_the_answer_and_goes_back_for_the_current_turn(
     assert "earlier" not in text
     assert "<|im_start|>assistant\n<think>\nuse the tool\n</think>\n\n<tool_call>" in text
     assert text.endswith("<|im_start|>assistant\n<think>\n")
-
