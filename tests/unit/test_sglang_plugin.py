@@ -10,12 +10,13 @@ function."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from typing import Any
 
 import pytest
+
+from tests.unit.tokenizer_folders import typed_copy
 
 # In a process of its own: the plugin's hooks rewrite SGLang's modules for good.
 SCRIPT = """
@@ -72,14 +73,10 @@ def seen(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     folder = ensure_converted(default_cache_dir())
     # The embedded model's tokenizer in folders typed as other models (see the tests below).
-    typed = {}
-    for model_type in ("gemma", "qwen2"):
-        typed[model_type] = tmp_path_factory.mktemp(f"{model_type}-typed")
-        for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-            shutil.copy(folder / name, typed[model_type] / name)
-        config = json.loads((folder / "config.json").read_text())
-        config_json = json.dumps({**config, "model_type": model_type})
-        (typed[model_type] / "config.json").write_text(config_json)
+    typed = {
+        model_type: typed_copy(folder, tmp_path_factory.mktemp(f"{model_type}-typed"), model_type)
+        for model_type in ("gemma", "qwen2")
+    }
     folders = {"embedded": folder, **typed}
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, *map(str, folders.values())],

@@ -3,8 +3,8 @@ and where that is transformers' generic class it is loaded without torch."""
 
 from __future__ import annotations
 
+import importlib
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +17,7 @@ from server.config import default_cache_dir
 from server.models.embedded import ensure_converted
 from server.tokenizer import autotokenizer_gives_generic, load_tokenizer, replaced_model_types
 from server.torch_compat import ensure_torchvision_loadable
+from tests.unit.tokenizer_folders import typed_copy
 
 
 @pytest.fixture(scope="module")
@@ -29,15 +30,6 @@ def auto_tokenizer(folder: Path) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(folder))
-
-
-def copy_typed(embedded: Path, folder: Path, model_type: str) -> Path:
-    """The embedded model's tokenizer in `folder`, its config.json saying `model_type`."""
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(embedded / name, folder / name)
-    config = json.loads((embedded / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "model_type": model_type}))
-    return folder
 
 
 def test_the_generic_tokenizer_loads_as_autotokenizer_would_and_without_torch(
@@ -68,7 +60,7 @@ def test_the_generic_tokenizer_loads_as_autotokenizer_would_and_without_torch(
     assert rendered == auto.apply_chat_template(conversation, tokenize=False)
 
     # A folder naming a class of its own goes through AutoTokenizer.
-    copy_typed(embedded, tmp_path, "llama")
+    typed_copy(embedded, tmp_path, "llama")
     config = json.loads((tmp_path / "tokenizer_config.json").read_text())
     (tmp_path / "tokenizer_config.json").write_text(
         json.dumps({**config, "tokenizer_class": "GPT2Tokenizer"})
@@ -120,7 +112,7 @@ def test_only_a_literal_set_never_changed_is_read_from_source(
 def test_a_folder_declaring_the_generic_class_gets_autotokenizers_class(
     embedded: Path, tmp_path: Path, model_type: str
 ) -> None:
-    folder = copy_typed(embedded, tmp_path, model_type)
+    folder = typed_copy(embedded, tmp_path, model_type)
     auto = auto_tokenizer(folder)
     assert autotokenizer_gives_generic(folder) == (type(auto).__name__ == "TokenizersBackend")
     assert type(load_tokenizer(str(folder))) is type(auto)
@@ -131,9 +123,11 @@ def test_a_table_that_cannot_be_read_leaves_the_choice_to_autotokenizer(
 ) -> None:
     assert autotokenizer_gives_generic(embedded)
     monkeypatch.setattr(tokenizer_module, "REPLACED_TYPES_NAME", "NO_SUCH_TABLE")
-    assert replaced_model_types() is None  # as imported, and from the source
+    ensure_torchvision_loadable()
+    importlib.import_module(tokenizer_module.AUTO_TOKENIZER_MODULE)
+    assert replaced_model_types() is None  # as imported
     monkeypatch.delitem(sys.modules, tokenizer_module.AUTO_TOKENIZER_MODULE, raising=False)
-    assert replaced_model_types() is None
+    assert replaced_model_types() is None  # from the source
     assert not autotokenizer_gives_generic(embedded)
 
 
@@ -148,6 +142,6 @@ def test_a_table_that_cannot_be_read_leaves_the_choice_to_autotokenizer(
 def test_what_the_generic_path_cannot_vouch_for_goes_to_autotokenizer(
     embedded: Path, tmp_path: Path, name: str, content: str
 ) -> None:
-    folder = copy_typed(embedded, tmp_path, "llama")
+    folder = typed_copy(embedded, tmp_path, "llama")
     (folder / name).write_text(content)
     assert not autotokenizer_gives_generic(folder)
