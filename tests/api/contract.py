@@ -11,6 +11,8 @@ from typing import Any
 
 # The model the session server serves: the embedded one, unless a GPU check names another.
 MODEL = os.environ.get("B3OS_TEST_SERVED_MODEL", "b3os/smollm2-135m-instruct")
+# A prompt past the embedded model's 32,768-token window: a token a word.
+TOO_LONG_FOR_THE_WINDOW = [{"role": "user", "content": "hello " * 40_000}]
 # One white pixel, a real PNG.
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4//8/AAX+Av4N70a4AAAAAElFTkSuQmCC"

@@ -115,8 +115,8 @@ def test_a_context_length_beyond_the_models_window_is_one_clear_line(
     assert process.wait_exit(timeout=120) == 1
     log = process.log_text()
     assert (
-        "cannot start: --context-length 100000 is beyond the model's window of 8192 tokens; "
-        "give at most 8192, or leave it unset to serve the whole window"
+        "cannot start: --context-length 100000 is beyond the model's window of 32768 tokens; "
+        "give at most 32768, or leave it unset to serve the whole window"
     ) in log
     assert "Traceback" not in log
     assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" not in log

@@ -13,6 +13,7 @@ import pytest
 from tests.api.contract import (
     CHAT_WEATHER_TOOL,
     PNG_B64,
+    TOO_LONG_FOR_THE_WINDOW,
     Refusal,
     big_schema,
     chat_body,
@@ -309,7 +310,7 @@ REFUSALS = [
     ),
     Refusal(
         "a prompt beyond the context",
-        chat_body(messages=[{"role": "user", "content": "hello " * 9000}]),
+        chat_body(messages=TOO_LONG_FOR_THE_WINDOW),
         400,
         "context_length_exceeded",
         "messages",

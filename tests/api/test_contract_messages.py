@@ -14,6 +14,7 @@ import pytest
 from tests.api.contract import (
     MODEL,
     PNG_B64,
+    TOO_LONG_FOR_THE_WINDOW,
     WEATHER_TOOL,
     Refusal,
     big_schema,
@@ -347,7 +348,7 @@ REFUSALS = [
     ),
     Refusal(
         "a prompt beyond the context",
-        messages_body(messages=[{"role": "user", "content": "hello " * 9000}]),
+        messages_body(messages=TOO_LONG_FOR_THE_WINDOW),
         400,
         "context_length_exceeded",
         "messages",
@@ -391,7 +392,7 @@ def test_the_sdk_maps_each_refusal_by_status(
 
 @pytest.mark.every_engine
 def test_context_length_message_gives_both_counts(http: httpx.Client) -> None:
-    body = messages_body(messages=[{"role": "user", "content": "hello " * 9000}])
+    body = messages_body(messages=TOO_LONG_FOR_THE_WINDOW)
     message = http.post("/v1/infer/v1/messages", json=body).json()["error"]["message"]
     match = re.fullmatch(r"prompt is too long: (\d+) tokens > (\d+) maximum", message)
     assert match is not None, message

@@ -23,7 +23,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api.contract import MODEL
+from tests.api.contract import MODEL, TOO_LONG_FOR_THE_WINDOW
 from tests.api.conventions import COUNTING, wait_for
 from tests.api.sse import events
 from tests.server_process import ServerProcess
@@ -447,8 +447,8 @@ def test_metering_survives_the_server_killed_mid_stream(node: Node) -> None:
 def test_request_log_entries_for_success_and_failure(node: Node) -> None:
     with node.client(node.keys["acme"]) as client:
         ok = client.post("/v1/infer/v1/messages", json=messages_body())
-        too_long = [{"role": "user", "content": "hello " * 9000}]
-        failed = client.post("/v1/infer/chat/completions", json=chat_body(messages=too_long))
+        too_long = chat_body(messages=TOO_LONG_FOR_THE_WINDOW)
+        failed = client.post("/v1/infer/chat/completions", json=too_long)
         assert failed.status_code == 400
         entry = client.get(f"/v1/requests/{ok.headers['x-request-id']}").json()
         failure = client.get(f"/v1/requests/{failed.headers['x-request-id']}").json()

@@ -47,8 +47,8 @@ def worker_answer(worker: ServerProcess, messages: list[dict[str, Any]]) -> str:
 
 def test_the_window_is_the_workers_not_the_models(http: httpx.Client, model: str) -> None:
     card = http.get("/v1/infer/models").json()["data"][0]
-    assert card["context_length"] == WORKER_CONTEXT  # the model's own config says 8,192
-    long_prompt = [{"role": "user", "content": "hello " * 5000}]  # within 8,192, not 4,096
+    assert card["context_length"] == WORKER_CONTEXT  # the model's own config says 32,768
+    long_prompt = [{"role": "user", "content": "hello " * 5000}]  # within 32,768, not 4,096
     counted = http.post(
         "/v1/infer/v1/messages/count_tokens", json={"model": model, "messages": long_prompt}
     ).json()["input_tokens"]
