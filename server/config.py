@@ -44,6 +44,8 @@ class Settings:
     context_length: int | None = None
     # The most tokens of an answer whose request names no maximum; None: up to the window's end.
     default_max_tokens: int | None = None
+    # The most tokens of any answer, whatever its request names; None: the window's end.
+    max_output_tokens: int | None = None
     node_name: str = ""
     certfile: str | None = None
     keyfile: str | None = None
@@ -135,6 +137,12 @@ _OPTIONS = (
         "the most tokens of an answer whose request names no maximum (Chat Completions without "
         "max_tokens, Responses without max_output_tokens; Messages requires one) (default: up "
         "to the end of the context window)",
+        int,
+    ),
+    _Option(
+        "max_output_tokens",
+        "the most tokens of any answer: a request naming more (or none) is answered up to it, "
+        "its answer then ending as at its own maximum (default: the end of the context window)",
         int,
     ),
     _Option("node_name", "node name in the b3os extension (default: the host name)"),
@@ -279,8 +287,17 @@ def _check(settings: Settings) -> None:
         raise SystemExit(f"--gateway-url {settings.gateway_url!r}: give an http:// or https:// URL")
     if (settings.gateway_models or settings.gateway_api_key) and not settings.gateway_url:
         raise SystemExit("--gateway-models and --gateway-api-key need --gateway-url")
-    if settings.default_max_tokens is not None and settings.default_max_tokens < 1:
-        raise SystemExit(f"--default-max-tokens {settings.default_max_tokens}: give 1 or more")
+    for name, tokens in (
+        ("--default-max-tokens", settings.default_max_tokens),
+        ("--max-output-tokens", settings.max_output_tokens),
+    ):
+        if tokens is not None and tokens < 1:
+            raise SystemExit(f"{name} {tokens}: give 1 or more")
+    default, cap = settings.default_max_tokens, settings.max_output_tokens
+    if default is not None and cap is not None and default > cap:
+        raise SystemExit(
+            f"--default-max-tokens {default} is beyond --max-output-tokens {cap}: give at most that"
+        )
     for name, value, choices in (
         ("--engine", settings.engine, tuple(ENGINES)),
         ("--device", settings.device, DEVICES),

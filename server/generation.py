@@ -173,11 +173,11 @@ class Generation:
         thinking = self.renderer.thinking_for(request)
         constraint = constraint_for(request, self.renderer.family, thinking)
         timing.record("grammar", started)
-        # A max_tokens beyond the context is clamped to what fits: the answer then ends with
-        # max_tokens, as it would at the window's end (agents send their own large defaults).
-        # A request that names none gets the node's default, if it has one.
+        # A max_tokens beyond the context, or beyond the node's --max-output-tokens, is clamped
+        # to it: the answer then ends with max_tokens, as it would at its own maximum (agents
+        # send their own large defaults). A request that names none gets the node's default.
         wanted = request.sampling.max_tokens or self.card.default_max_tokens
-        max_tokens = room if wanted is None else min(wanted, room)
+        max_tokens = min(wanted or room, self.card.max_output_tokens or room, room)
         unset: dict[str, Any] = {
             name: value
             for name, value in self.card.sampling_defaults.items()

@@ -146,6 +146,7 @@ class ServerState:
             capabilities=capabilities,
             sampling_defaults=sampling_defaults(self.source.path),
             default_max_tokens=self.settings.default_max_tokens,
+            max_output_tokens=self.settings.max_output_tokens,
         )
         if card.sampling_defaults:
             log.info("sampling left unset follows the model's: %s", card.sampling_defaults)

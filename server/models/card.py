@@ -27,6 +27,8 @@ class ModelCard:
     # The answer's length where a request names none (--default-max-tokens); None: to the
     # window's end.
     default_max_tokens: int | None = None
+    # The most tokens of any answer (--max-output-tokens); None: to the window's end.
+    max_output_tokens: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -35,6 +37,7 @@ class ModelCard:
             "created": self.created,
             "owned_by": self.owned_by,
             "context_length": self.context_length,
+            "max_output_tokens": self.max_output_tokens or self.context_length,
             "max_request_bytes": self.max_request_bytes,
             "capabilities": list(self.capabilities),
             "protocols": list(PROTOCOLS),

@@ -177,6 +177,7 @@ MODEL_LIST = obj(
                     "created": INTEGER,
                     "owned_by": string(),
                     "context_length": INTEGER,
+                    "max_output_tokens": INTEGER,
                     "max_request_bytes": INTEGER,
                     "capabilities": {"type": "array", "items": string()},
                     "protocols": {

@@ -137,3 +137,13 @@ def test_the_default_answer_length_is_one_token_or_more() -> None:
     assert settings(["--default-max-tokens", "256"]).default_max_tokens == 256
     with pytest.raises(SystemExit, match="--default-max-tokens"):
         settings(["--default-max-tokens", "0"])
+
+
+def test_the_answer_cap_is_one_token_or_more_and_holds_the_default() -> None:
+    assert settings([]).max_output_tokens is None  # up to the window's end
+    assert settings(["--max-output-tokens", "256"]).max_output_tokens == 256
+    with pytest.raises(SystemExit, match="--max-output-tokens 0: give 1 or more"):
+        settings(["--max-output-tokens", "0"])
+    both = ["--default-max-tokens", "512", "--max-output-tokens", "256"]
+    with pytest.raises(SystemExit, match="--default-max-tokens 512 is beyond --max-output-tokens"):
+        settings(both)
