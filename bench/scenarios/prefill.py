@@ -27,7 +27,8 @@ NOTE = (
     "measured in the same run. llama.cpp evaluates the same number of tokens of its own "
     "tokenization, cold, on every core. Decode: one stream, tokens/s after the first."
 )
-LENGTHS, QUICK_LENGTHS = (1000, 2000, 4000, 8000), (1000,)
+# Up to the embedded model's whole window (32,768 tokens): what a full agent session costs.
+LENGTHS, QUICK_LENGTHS = (1000, 2000, 4000, 8000, 16000, 32000), (1000,)
 LLAMACPP = Path(__file__).resolve().parent.parent / "llamacpp"
 DECODE_TOKENS = 64
 # SmolLM2-135M-Instruct: 30 layers, hidden 576 (9 heads of 64, 3 KV heads), MLP 1,536.
