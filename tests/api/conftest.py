@@ -3,7 +3,7 @@ server does not use (TLS, where ALPN chooses HTTP/2 or HTTP/1.1; the model given
 its own served name; `--system-in-messages keep`; a runtime that runs one request at a time and
 lets the next wait 1 s at most, for tests/api/test_prefill.py), keeping what it answered while its
 engine was still starting (tests/api/test_configured_server.py); and the agents' node, a front
-with `--compat claude-code,codex` on the session's SGLang server."""
+started as the README starts it for the agents, on the session's SGLang server."""
 
 from __future__ import annotations
 
@@ -18,18 +18,19 @@ import trustme
 
 from server.config import default_cache_dir
 from server.models.embedded import ensure_converted
+from tests.api import readme
 from tests.server_process import ServerProcess, Shutdowns, StartQueue
 
 HELLO = [{"role": "user", "content": "Say hello."}]
 SERVED_NAME = "tests/smollm2-from-a-folder"
 STARTING_BODY = {"model": SERVED_NAME, "max_tokens": 4, "messages": HELLO}
 ONE_AT_A_TIME = ("--max-running-requests", "1", "--max-queue-wait", "1")
-# The answers' length where a request names none: the README's Codex section starts the node on
-# the embedded model with 256 (Codex names none, and the 135M model can loop to the window's
-# end). The agents' node here takes 48: a looping answer (about one run in four) decoded all 256
-# after Codex's 5,500-token prompt, a fifth of them would do for what holds at any length (the
-# node's `incomplete` answer, read by Codex as OpenAI's).
-AGENT_DEFAULT_MAX_TOKENS = 48
+# The most tokens of an answer: the README starts the agents' node on the embedded model with
+# --max-output-tokens 256 (each agent asks for up to 32,000 tokens or names none, and the 135M
+# model can repeat itself to the window's end). The agents' node here takes 48: what is tested
+# holds at any length (an answer ended at the cap is read by each agent as its own maximum), and
+# a looping answer decodes a fifth as long after the agents' 7,500-12,000-token prompts.
+AGENT_MAX_OUTPUT_TOKENS = 48
 
 
 @pytest.fixture(scope="session")
@@ -113,14 +114,13 @@ def tls_model(tls_server: ServerProcess, trust: ssl.SSLContext) -> str:
 def agent_node(
     sglang_server: ServerProcess, tmp_path_factory: pytest.TempPathFactory, shutdowns: Shutdowns
 ) -> Iterator[ServerProcess]:
-    """A node as the README starts it for Claude Code and Codex, on the session's SGLang
-    server."""
+    """A node as the README starts it for the agents, on the session's SGLang server."""
     node = ServerProcess(
         tmp_path_factory.mktemp("agent-node") / "server.log",
         "--engine", "sglang-remote",
         "--engine-url", sglang_server.origin,
-        "--compat", "claude-code,codex",
-        "--default-max-tokens", str(AGENT_DEFAULT_MAX_TOKENS),
+        "--compat", readme.node_flag("compat"),
+        "--max-output-tokens", str(AGENT_MAX_OUTPUT_TOKENS),
     )  # fmt: skip
     with node.running(shutdowns=shutdowns):
         yield node
