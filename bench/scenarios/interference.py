@@ -55,13 +55,16 @@ class Timeline:
 
 
 def long_text(tokens: int, tag: str) -> str:
-    """About `tokens` tokens of varied notes (about 11 tokens each for SmolLM2's tokenizer),
-    opening with `tag` so that no cache holds it."""
-    words = " ".join(
-        f"{prompts.TOPICS[i % len(prompts.TOPICS)]} number {i} is noted;"
-        for i in range(tokens // 11)
-    )
-    return f"{tag}. Read these notes, then answer in one word. {words}"
+    """About `tokens` tokens of varied notes, opening with `tag` so that no cache holds it. Each
+    note is counted as SmolLM2's tokenizer splits it: its words, and its number a digit a token."""
+    notes: list[str] = []
+    counted = 0
+    while counted < tokens:
+        number = len(notes)
+        topic = prompts.TOPICS[number % len(prompts.TOPICS)]
+        notes.append(f"{topic} number {number} is noted;")
+        counted += 5 + len(topic.split()) + len(str(number))
+    return f"{tag}. Read these notes, then answer in one word. {' '.join(notes)}"
 
 
 async def _decoding(http: httpx.AsyncClient, target: Target, timeline: Timeline) -> None:
