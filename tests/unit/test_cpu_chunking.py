@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from server.engines.sglang.cpu.chunking import (
+    ALONE_MIN_CHUNK,
     ALONE_S,
     MIN_CHUNK,
     STREAMING_S,
@@ -49,7 +50,7 @@ def test_tokens_within_inverts_flops(history: int, budget_tokens: int) -> None:
 
 def test_later_chunks_of_a_prompt_are_smaller() -> None:
     clock = ChunkClock(scheduler(), SMOLLM2, 80 * GFLOPS)
-    sizes = [clock.predict(history) for history in (0, 1_000, 4_000, 7_000)]
+    sizes = [clock.tokens(ALONE_S, history) for history in (0, 1_000, 4_000, 7_000)]
     assert sizes == sorted(sizes, reverse=True)
     assert sizes[-1] < sizes[0] / 2  # attention dominates late in a long prompt
     for history, size in zip((0, 1_000, 4_000, 7_000), sizes, strict=True):
@@ -115,8 +116,21 @@ def test_small_forwards_are_not_timed() -> None:
 
 
 def test_a_chunk_is_never_below_the_floor() -> None:
-    clock = ChunkClock(scheduler(), SMOLLM2, 1 * GFLOPS)
-    assert clock.predict(100_000) == MIN_CHUNK
+    clock = ChunkClock(scheduler(running=1), SMOLLM2, 1 * GFLOPS)
+    assert clock.predict(100_000) == MIN_CHUNK + 1
+
+
+def test_a_prompt_alone_keeps_chunks_its_attention_runs_well_at() -> None:
+    """Deep into a long prompt, a second buys a few dozen tokens: alone, the chunk keeps the
+    floor's size; beside a stream or a waiting request, the time budget rules."""
+    alone = ChunkClock(scheduler(), SMOLLM2, 180 * GFLOPS)
+    assert SMOLLM2.tokens_within(180 * GFLOPS * ALONE_S, 30_000) < ALONE_MIN_CHUNK
+    assert alone.predict(30_000) == ALONE_MIN_CHUNK
+    assert alone.predict(0) > ALONE_MIN_CHUNK  # early in a prompt the budget is larger anyway
+    beside_a_stream = ChunkClock(scheduler(running=1), SMOLLM2, 180 * GFLOPS).predict(30_000)
+    before_a_first_token = ChunkClock(scheduler(waiting=1), SMOLLM2, 180 * GFLOPS)
+    assert beside_a_stream - 1 < ALONE_MIN_CHUNK
+    assert before_a_first_token.predict(30_000) < ALONE_MIN_CHUNK
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

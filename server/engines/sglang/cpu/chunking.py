@@ -10,7 +10,10 @@ each chunk gets as many tokens as the machine prefills in a time budget at its p
 budget set by who else waits on the CPU: a request waiting for its first token (`WAITING_S`: it
 is prefilled in the next forward, beside the chunk), streams decoding (`STREAMING_S`: each of
 their tokens waits for a whole forward), or no one (`ALONE_S`: larger chunks use the GEMMs
-better, and a request that arrives waits for one of them at most). The rate is the model's own
+better, and a request that arrives waits for one of them at most; and never fewer than
+`ALONE_MIN_CHUNK` tokens, as deep into a long prompt a second's worth is a few dozen tokens, whose
+attention over the whole history runs at a fraction of the rate a larger block gets, and the rate
+measured on them would shrink the next chunks further). The rate is the model's own
 FLOPs per second, measured at start on its largest layer and then on every prefill forward the
 scheduler runs, so the budgets hold on any machine and under any load."""
 
@@ -39,6 +42,7 @@ ALONE_S = 1.0
 # against 80 GFLOPS), so its FLOPs weigh more.
 ATTENTION_WEIGHT = 1.6
 MIN_CHUNK = 16  # below this a forward's fixed costs dominate
+ALONE_MIN_CHUNK = 256  # a prompt prefilling alone: see the module's docstring
 MAX_CHUNK = 8192
 CALIBRATION_ROWS = 256
 # The weight of each new forward's measured rate: high, because consecutive chunks of a prompt
@@ -91,11 +95,13 @@ class ChunkClock:
         `history_len` tokens are computed. Mixed with a chunk, each running stream takes one
         token of it (SGLang's PrefillAdder), so they come on top: a budget below them would
         leave the chunk a negative length."""
-        return self.tokens(self._budget(), history_len) + self._streams()
+        budget = self._budget()
+        floor = ALONE_MIN_CHUNK if budget == ALONE_S else MIN_CHUNK
+        return self.tokens(budget, history_len, floor) + self._streams()
 
-    def tokens(self, seconds: float, history: int) -> int:
+    def tokens(self, seconds: float, history: int, floor: int = MIN_CHUNK) -> int:
         within = self.cost.tokens_within(self.rate * seconds, history)
-        return max(MIN_CHUNK, min(MAX_CHUNK, within))
+        return max(floor, min(MAX_CHUNK, within))
 
     def observe(self, batch: Any, seconds: float) -> None:
         """A prefill (or mixed) forward took `seconds`."""
