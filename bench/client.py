@@ -57,10 +57,10 @@ def server_timing(header: str) -> dict[str, float]:
     return phases
 
 
-def client(http2: bool = False, connections: int = 100) -> httpx.AsyncClient:
+def client(http2: bool = False, connections: int = 100, timeout: float = 600) -> httpx.AsyncClient:
     """HTTP/2 is cleartext with prior knowledge, as the server takes it."""
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    return httpx.AsyncClient(http1=not http2, http2=http2, timeout=600, limits=limits)
+    return httpx.AsyncClient(http1=not http2, http2=http2, timeout=timeout, limits=limits)
 
 
 async def stream(

@@ -31,6 +31,8 @@ NOTE = (
 LENGTHS, QUICK_LENGTHS = (1000, 2000, 4000, 8000, 16000, 32000), (1000,)
 LLAMACPP = Path(__file__).resolve().parent.parent / "llamacpp"
 DECODE_TOKENS = 64
+# A whole window's first token can take many minutes on a CPU (that is what is measured).
+TIMEOUT_S = 3600
 # SmolLM2-135M-Instruct: 30 layers, hidden 576 (9 heads of 64, 3 KV heads), MLP 1,536.
 LINEAR_FLOPS = 2 * 30 * (576 * (576 + 2 * 192 + 576) + 3 * 576 * 1536)
 ATTENTION_FLOPS = 30 * 4 * 576  # per token per key: QK and PV
@@ -42,7 +44,7 @@ def prompt_flops(tokens: int) -> float:
 
 async def _measure(target: Target, lengths: tuple[int, ...], tag: str) -> list[dict[str, Any]]:
     found = []
-    async with client() as http:
+    async with client(timeout=TIMEOUT_S) as http:
         for length in lengths:
             # A little shorter than asked, so that the template and the answer fit the window.
             text = long_text(int(length * 0.97), f"{tag} {length}")
@@ -72,7 +74,7 @@ def _llamacpp(lengths: tuple[int, ...]) -> dict[str, Any] | None:
     from server.models.embedded import gguf_path
 
     command = ["node", "prefill.mjs", str(gguf_path()), ",".join(map(str, lengths))]
-    done = subprocess.run(command, cwd=LLAMACPP, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(command, cwd=LLAMACPP, capture_output=True, text=True, timeout=TIMEOUT_S)
     if done.returncode != 0:
         print(f"llama.cpp failed: {done.stderr[-2000:]}", file=sys.stderr)
         return None
