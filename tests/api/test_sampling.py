@@ -123,8 +123,11 @@ def test_a_strongly_negative_logit_bias_removes_the_greedy_token(
         top_logprobs=1,
         logit_bias={str(token_id): -100},
     )
-    assert first_token(biased)[0] != token
-    assert not str(biased.choices[0].message.content).startswith(token)
+    # The answer's first token is another one, and its text is that token's: "There" may follow
+    # a banned "The", and a string prefix could not tell them apart.
+    first, _ = first_token(biased)
+    assert first != token
+    assert str(biased.choices[0].message.content).startswith(first)
 
 
 @pytest.fixture(scope="module")

@@ -104,3 +104,17 @@ def test_a_token_given_no_chance_has_openais_floor_not_null() -> None:
     found = logprobs_of(meta, None)
     assert [t.logprob for t in found] == [-9999.0, -9999.0]
     assert [(t.text, t.logprob) for t in found[0].top] == [("Hi", -0.1), ("Yo", -9999.0)]
+
+
+def test_top_p_0_and_top_k_1_are_greedy_decoding() -> None:
+    """Whatever the temperature: on SGLang's greedy path, not through its sampler."""
+    from server.engines.sglang.args import to_sampling_params
+
+    for sampling in (
+        Sampling(max_tokens=4, temperature=1.0, top_p=0),
+        Sampling(max_tokens=4, temperature=0.7, top_k=1),
+        Sampling(max_tokens=4, top_p=0.0),
+    ):
+        assert to_sampling_params(sampling)["temperature"] == 0
+    sampled = to_sampling_params(Sampling(max_tokens=4, temperature=1.0, top_p=0.5, top_k=2))
+    assert sampled["temperature"] == 1.0 and sampled["top_p"] == 0.5

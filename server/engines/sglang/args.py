@@ -15,6 +15,7 @@ from server.models.source import ModelSource
 CPU_MAX_TOTAL_TOKENS = 65536
 # SGLang documents top_p as (0, 1]; 0 keeps only the most probable token, and so does this.
 TOP_P_FLOOR = 1e-9
+GREEDY = 0.0
 SEED_RANGE = 2**63
 
 
@@ -104,6 +105,11 @@ def to_sampling_params(sampling: Sampling, constraint: Constraint | None = None)
     params: dict[str, Any] = {"max_new_tokens": sampling.max_tokens}
     if sampling.temperature is not None:
         params["temperature"] = sampling.temperature
+    if sampling.top_p == 0 or sampling.top_k == 1:
+        # Only the most likely token is kept: greedy decoding, on SGLang's greedy path, so the
+        # answer is greedy's own (through the sampler it could part from it where the two best
+        # logits are a bf16 step apart).
+        params["temperature"] = GREEDY
     if sampling.top_p is not None:
         params["top_p"] = max(sampling.top_p, TOP_P_FLOOR)
     if sampling.top_k is not None:
