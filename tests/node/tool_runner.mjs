@@ -22,7 +22,9 @@ const runner = client.beta.messages.toolRunner({
   temperature: 0,
   messages: [{ role: 'user', content: 'What is the weather in Oslo?' }],
   tools: [weather],
-  tool_choice: { type: 'any' },
+  // one call: the runner runs tools only on stop_reason tool_use, and the 135M model may repeat a
+  // parallel call to max_tokens
+  tool_choice: { type: 'any', disable_parallel_tool_use: true },
   max_iterations: 2,
 });
 const replies = [];
