@@ -90,10 +90,27 @@ def test_top_k_1_and_top_p_0_equal_greedy(
     greedy, _ = repeated(lambda: text(openai_client, model, temperature=0))
     assert text(openai_client, model, temperature=1.0, extra_body={"top_k": 1}) == greedy
     assert text(openai_client, model, temperature=1.0, top_p=0) == greedy
-    # min_p 1 keeps only the most likely token (with a seed: SGLang's seeded sampler).
-    assert text(openai_client, model, temperature=1.0, seed=5, extra_body={"min_p": 1}) == greedy
     messages_greedy, _ = repeated(lambda: messages_text(anthropic_client, model, temperature=0))
     assert messages_text(anthropic_client, model, temperature=1.0, top_k=1) == messages_greedy
+
+
+def test_min_p_1_keeps_only_the_likeliest_tokens(openai_client: openai.OpenAI, model: str) -> None:
+    """min_p 1 keeps the tokens as likely as the most likely one (with a seed: SGLang's seeded
+    sampler). Each chosen token is one of them; not greedy's answer, as bf16 logits tie often and
+    the sampler draws among the tied where argmax takes the first."""
+    answer = chat(
+        openai_client,
+        model,
+        temperature=1.0,
+        seed=5,
+        logprobs=True,
+        top_logprobs=3,
+        extra_body={"min_p": 1},
+    )
+    entries = answer.choices[0].logprobs.content
+    assert entries
+    for entry in entries:
+        assert entry.logprob == pytest.approx(entry.top_logprobs[0].logprob), entry
 
 
 def test_top_k_off_and_a_low_top_p_still_sample(openai_client: openai.OpenAI, model: str) -> None:
