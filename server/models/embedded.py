@@ -77,7 +77,7 @@ def ensure_converted(cache_dir: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (target / _COMPLETE).exists():
+        if not (target / _COMPLETE).exists() or _trained_rope(target) is None:
             _convert(checked_gguf(), target)
         if not _is_configured(target):  # a folder converted before these settings were written
             _configure(target)
@@ -101,21 +101,26 @@ def _is_configured(folder: Path) -> bool:
     """The folder's config.json has the served window and its generation_config.json the
     model card's sampling."""
     config, generation = _read(folder / "config.json"), _read(folder / "generation_config.json")
-    rope = config.get("rope_parameters")
+    rope = _trained_rope(folder)
     return (
         config.get("max_position_embeddings") == WINDOW
-        and isinstance(rope, dict)
+        and rope is not None
         and all(rope.get(key) == value for key, value in ROPE_SCALING.items())
         and all(generation.get(key) == value for key, value in RECOMMENDED_SAMPLING.items())
     )
 
 
+def _trained_rope(folder: Path) -> dict[str, Any] | None:
+    """The folder's rotary settings (transformers 5's `rope_parameters`, with the trained
+    rope_theta); None where its config.json is unreadable or lacks them, and the folder is
+    converted again rather than served with a default base."""
+    rope = _read(folder / "config.json").get("rope_parameters")
+    return rope if isinstance(rope, dict) and "rope_theta" in rope else None
+
+
 def _configure(folder: Path) -> None:
     config = _read(folder / "config.json")
-    rope = config.get("rope_parameters")
-    if not isinstance(rope, dict):  # transformers 4's layout: rope_theta on its own
-        rope = {"rope_theta": config["rope_theta"]} if "rope_theta" in config else {}
-    config["rope_parameters"] = {**rope, **ROPE_SCALING}
+    config["rope_parameters"] = {**config["rope_parameters"], **ROPE_SCALING}
     config["max_position_embeddings"] = WINDOW
     _write(folder / "config.json", config)
     generation = _read(folder / "generation_config.json")

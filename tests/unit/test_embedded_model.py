@@ -50,9 +50,10 @@ print(json.dumps({"class": type(rotary).__name__, "factor": rotary.scaling_facto
 
 
 def test_sglangs_rotary_embedding_for_the_folder_is_yarn() -> None:
-    """What SGLang's Llama attention builds from the folder's config (it reads rope_parameters
-    as transformers gives them): YaRN by 4, its attention sharpened (mscale above 1), and
-    positions up to the window."""
+    """What SGLang's Llama attention builds from the folder's config: the call its
+    LlamaDecoderLayer makes (rope_parameters as transformers gives them, as base and scaling, to
+    get_rope), built here without a distributed setup. YaRN by 4, its attention sharpened
+    (mscale above 1), and positions up to the window."""
     folder = ensure_converted(default_cache_dir())
     done = subprocess.run(
         [sys.executable, "-c", ROTARY, str(folder)], capture_output=True, text=True, timeout=300
@@ -98,6 +99,27 @@ def test_a_folder_converted_before_gets_the_window_and_sampling_without_a_conver
     assert config["rope_parameters"] == {**OLD_ROPE, **embedded.ROPE_SCALING}
     assert generation == {**OLD_GENERATION, **embedded.RECOMMENDED_SAMPLING}
     assert (folder / "model.safetensors").is_symlink()  # the weights as they were
+
+
+def test_a_folder_whose_config_lost_its_rotary_settings_is_converted_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Served with a default rope_theta, such a folder would answer nonsense: it is converted
+    again rather than given the window on top."""
+    folder = old_conversion(tmp_path)
+    (folder / "config.json").write_text("{}")
+    conversions = []
+
+    def convert(source: Path, target: Path) -> None:
+        conversions.append(target)
+        shutil.rmtree(target)
+        old_conversion(tmp_path)
+
+    monkeypatch.setattr(embedded, "_convert", convert)
+    assert ensure_converted(tmp_path) == folder
+    assert conversions == [folder]
+    config = json.loads((folder / "config.json").read_text())
+    assert config["rope_parameters"] == {**OLD_ROPE, **embedded.ROPE_SCALING}
 
 
 def test_only_the_gguf_of_the_pinned_package_is_converted(
