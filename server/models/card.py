@@ -37,7 +37,9 @@ class ModelCard:
             "created": self.created,
             "owned_by": self.owned_by,
             "context_length": self.context_length,
-            "max_output_tokens": self.max_output_tokens or self.context_length,
+            "max_output_tokens": min(
+                self.max_output_tokens or self.context_length, self.context_length
+            ),
             "max_request_bytes": self.max_request_bytes,
             "capabilities": list(self.capabilities),
             "protocols": list(PROTOCOLS),
