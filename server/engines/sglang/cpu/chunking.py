@@ -11,11 +11,12 @@ budget set by who else waits on the CPU: a request waiting for its first token (
 is prefilled in the next forward, beside the chunk), streams decoding (`STREAMING_S`: each of
 their tokens waits for a whole forward), or no one (`ALONE_S`: larger chunks use the GEMMs
 better, and a request that arrives waits for one of them at most; and never fewer than
-`ALONE_MIN_CHUNK` tokens, as deep into a long prompt a second's worth is a few dozen tokens, whose
-attention over the whole history runs at a fraction of the rate a larger block gets, and the rate
-measured on them would shrink the next chunks further). The rate is the model's own
-FLOPs per second, measured at start on its largest layer and then on every prefill forward the
-scheduler runs, so the budgets hold on any machine and under any load."""
+`ALONE_MIN_CHUNK` tokens, which deep into a long prompt take seconds, as there a second's worth
+is a few dozen tokens, whose attention over the whole history runs at a fraction of the rate a
+larger block gets, and the rate measured on them would shrink the next chunks further).
+The rate is the model's own FLOPs per second, measured at start on its largest layer and then on
+every prefill forward the scheduler runs, so the budgets hold on any machine and under any
+load."""
 
 from __future__ import annotations
 
@@ -95,9 +96,8 @@ class ChunkClock:
         `history_len` tokens are computed. Mixed with a chunk, each running stream takes one
         token of it (SGLang's PrefillAdder), so they come on top: a budget below them would
         leave the chunk a negative length."""
-        budget = self._budget()
-        floor = ALONE_MIN_CHUNK if budget == ALONE_S else MIN_CHUNK
-        return self.tokens(budget, history_len, floor) + self._streams()
+        seconds, floor = self._budget()
+        return self.tokens(seconds, history_len, floor) + self._streams()
 
     def tokens(self, seconds: float, history: int, floor: int = MIN_CHUNK) -> int:
         within = self.cost.tokens_within(self.rate * seconds, history)
@@ -128,10 +128,11 @@ class ChunkClock:
         running = self._scheduler.running_batch
         return max(self._stream_rows, 0 if running is None else len(running.reqs))
 
-    def _budget(self) -> float:
+    def _budget(self) -> tuple[float, int]:
+        """The next chunk's time budget and its fewest tokens."""
         if self._scheduler.waiting_queue:
-            return WAITING_S
-        return STREAMING_S if self._streams() else ALONE_S
+            return WAITING_S, MIN_CHUNK
+        return (STREAMING_S, MIN_CHUNK) if self._streams() else (ALONE_S, ALONE_MIN_CHUNK)
 
 
 def model_cost(model: torch.nn.Module) -> ChunkCost:
