@@ -29,7 +29,7 @@ ONE_AT_A_TIME = ("--max-running-requests", "1", "--max-queue-wait", "1")
 # --max-output-tokens 256 (each agent asks for up to 32,000 tokens or names none, and the 135M
 # model can repeat itself to the window's end). The agents' node here takes 48: what is tested
 # holds at any length (an answer ended at the cap is read by each agent as its own maximum), and
-# a looping answer decodes a fifth as long after the agents' 7,500-12,000-token prompts.
+# a looping answer decodes a fifth as long after the agents' long prompts.
 AGENT_MAX_OUTPUT_TOKENS = 48
 
 

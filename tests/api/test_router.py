@@ -21,9 +21,10 @@ from tests.topology import WORKER_CONTEXT, RouterTopology, busy
 
 pytestmark = pytest.mark.router_only
 
-# A prompt whose greedy answer meets no near-tie (each step's two best logits at least 0.6 apart,
-# five bf16 steps), so that two workers whose caches hold different prefixes still agree: a tie a
-# step apart goes either way with the batch a token is computed in (README: sampling parameters).
+# A prompt whose greedy answer meets no near-tie (each step's two best logits several bf16 steps
+# apart, checked when it was chosen), so that two workers whose caches hold different prefixes
+# still agree: a tie a step apart goes either way with the batch a token is computed in (README:
+# sampling parameters).
 QUESTION = [{"role": "user", "content": "Count from 1 to 20, separated by commas."}]
 ANSWER_TOKENS = 24
 # A client that leaves is aborted at its worker well before the router would notice the closed
