@@ -65,6 +65,7 @@ def test_claude_code_with_its_whole_setup_is_served_to_its_end(
         url = f"http://127.0.0.1:{proxy.server_port}/v1/infer"
         done = claude(NEWEST, url, tmp_path, "-p", "Say hi.")
     output = done.stdout + done.stderr
+    assert "assumes a context window" not in output, output  # the README gives it the window
     new = [rid for rid in served(agent_node, route) if rid not in before]
     sent = [body for path, body in proxy.captured if "count_tokens" not in path]
     assert new and len(new) == len(sent), (output, agent_node.log_tail())
