@@ -26,7 +26,7 @@ SERVED_NAME = "tests/smollm2-from-a-folder"
 STARTING_BODY = {"model": SERVED_NAME, "max_tokens": 4, "messages": HELLO}
 ONE_AT_A_TIME = ("--max-running-requests", "1", "--max-queue-wait", "1")
 # The most tokens of an answer: the README starts the agents' node on the embedded model with
-# --max-output-tokens 256 (each agent asks for up to 32,000 tokens or names none, and the 135M
+# --max-output-tokens 256 (each agent asks for thousands of tokens or names none, and the 135M
 # model can repeat itself to the window's end). The agents' node here takes 48: what is tested
 # holds at any length (an answer ended at the cap is read by each agent as its own maximum), and
 # a looping answer decodes a fifth as long after the agents' long prompts.
