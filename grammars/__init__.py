@@ -1,33 +1,53 @@
-"""Model families as data: one TOML file per chat format (`chatml.toml`, ...), matched on the
-model's chat template: how tools are presented, the tool-call format the model writes (which the
-grammar enforces and the output parser reads), how results go back. Adding a family is adding a
-file."""
+"""Model families as data: one TOML file per chat format (`chatml.toml`, `qwen3_coder.toml`, ...),
+chosen from the model's own chat template: how tools reach the prompt, the tool-call format the
+model writes (which the grammar enforces and the output parser reads), how results go back, how
+reasoning is switched. Adding a family is adding a file.
+
+Two kinds of family: one whose template presents tools itself (`template_tools`: the prompt is
+what the template renders from the tools, the calls and the results), and one for a template that
+knows no tools (ChatML's), where the node adds the tool instructions of the format it teaches."""
 
 from __future__ import annotations
 
+import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 FOLDER = Path(__file__).parent
+# A chat template that reads the request's tools: it presents them in a format of its own.
+_READS_TOOLS = re.compile(r"\btools\b")
 
 
 @dataclass(frozen=True, slots=True)
 class ToolFormat:
-    system: str  # appended to the system prompt; "{tools}" is replaced by the tool lines
+    """A call is call_begin + name + arguments_begin + the arguments + call_end, exactly: the
+    grammar makes the model write it so, the parser reads it so, history renders it so. The
+    arguments are a JSON object (`json`) or Qwen's XML parameters (`qwen_xml`,
+    `<parameter=KEY>\\nVALUE\\n</parameter>\\n` each, xgrammar's style of that name)."""
+
     trigger: str
     call_begin: str
     arguments_begin: str
     call_end: str
     separator: str
-    result_role: str
-    result: str  # "{content}" is replaced by the result's text
-    error_prefix: str
-    # A free-form tool's call: call_begin + name + input_begin + the input as it is + input_end.
-    input_begin: str
-    input_end: str
-    free_form_system: str  # follows `system` when a request has free-form tools
+    arguments: Literal["json", "qwen_xml"] = "json"
+    # What a template-less family adds: the tool instructions, where results go.
+    system: str = ""  # appended to the system prompt; "{tools}" is replaced by the tool lines
+    result_role: str = "user"
+    result: str = "{content}"  # "{content}" is replaced by the result's text
+    error_prefix: str = "Error: "
+    # A free-form tool's call in a template-less family: call_begin + name + input_begin + the
+    # input as it is + input_end. In an XML family it is one `input` parameter, its text as is.
+    input_begin: str = ""
+    input_end: str = ""
+    free_form_system: str = ""  # follows `system` when a request has free-form tools
+
+    @property
+    def tail(self) -> str:
+        """What follows the arguments, once whitespace after them is read."""
+        return self.call_end.lstrip()
 
     def call(self, name: str, arguments: str, free_form: bool = False) -> str:
         if free_form:
@@ -40,6 +60,9 @@ class ThinkingFormat:
     open: str  # ends the answer's prompt when the model is to reason first
     close: str
     after: str  # between the reasoning and the answer
+    # The template's own switch (a keyword it reads, true to reason); "": the node opens the
+    # reasoning by ending the prompt with `open`.
+    switch: str = ""
 
     def block(self, text: str) -> str:
         """Reasoning of an earlier turn, as it goes back into the prompt."""
@@ -49,15 +72,22 @@ class ThinkingFormat:
 @dataclass(frozen=True, slots=True)
 class ModelFamily:
     name: str
-    match: tuple[str, ...] = ()
+    match: tuple[str, ...] = ()  # all in the chat template
+    template_tools: bool = False
+    tool_format: str | None = None  # its name as SGLang's tool-call parsers call it
     system_anywhere: bool = False
     tools: ToolFormat | None = None  # None: the family has no tool-call format
     thinking: ThinkingFormat | None = None  # None: the family has no reasoning phase
     image: str | None = None  # where an image stands in a prompt; None: no vision format
+    examples: tuple[str, ...] = field(default=())  # models that write this format
 
 
-# A chat template no file matches: nothing is assumed about it.
+# A chat template no file matches, that reads no tools: chat only, nothing assumed.
 UNKNOWN = ModelFamily("unknown")
+
+
+class UnknownFormat(ValueError):
+    """The chat template presents tools in a format no family here knows."""
 
 
 def _family(data: dict[str, Any]) -> ModelFamily:
@@ -65,10 +95,13 @@ def _family(data: dict[str, Any]) -> ModelFamily:
     return ModelFamily(
         name=data["name"],
         match=tuple(data.get("match", ())),
+        template_tools=bool(data.get("template_tools", False)),
+        tool_format=data.get("tool_format"),
         system_anywhere=bool(data.get("system_anywhere", False)),
         tools=ToolFormat(**tools) if tools else None,
         thinking=ThinkingFormat(**thinking) if thinking else None,
         image=data.get("image"),
+        examples=tuple(data.get("examples", ())),
     )
 
 
@@ -76,8 +109,35 @@ def families() -> list[ModelFamily]:
     return [_family(tomllib.loads(p.read_text())) for p in sorted(FOLDER.glob("*.toml"))]
 
 
+def family(name: str) -> ModelFamily:
+    return next(found for found in families() if found.name == name)
+
+
 def family_for(chat_template: str | None) -> ModelFamily:
-    for family in families():
-        if chat_template and any(marker in chat_template for marker in family.match):
-            return family
-    return UNKNOWN
+    """The family whose markers are all in the template, the most specific first. A template that
+    reads tools is served only by a family whose template presents them; one in no known format
+    raises UnknownFormat, naming what it found."""
+    template = chat_template or ""
+    reads_tools = bool(_READS_TOOLS.search(template))
+    matching = [
+        found
+        for found in families()
+        if found.match
+        and all(marker in template for marker in found.match)
+        and found.template_tools == reads_tools
+    ]
+    if matching:
+        return max(matching, key=lambda found: len(found.match))
+    if not reads_tools:
+        return UNKNOWN
+    markers = sorted(
+        {marker for found in families() for marker in found.match if marker in template}
+    )
+    seen = ", ".join(markers) if markers else "none of the families' markers"
+    known = ", ".join(
+        f"{found.name} ({found.tool_format})" for found in families() if found.template_tools
+    )
+    raise UnknownFormat(
+        f"the chat template presents tools in a format this node does not know (found: {seen}); "
+        f"known tool formats: {known}. Add a family file to grammars/ for it"
+    )

@@ -121,7 +121,7 @@ def _tag(tool: Tool, tools: ToolFormat) -> Format:
     return {
         "type": "tag",
         "begin": tools.call_begin + tool.name + tools.arguments_begin,
-        "content": _schema(tool.input_schema),
+        "content": _schema(tool.input_schema, tools.arguments),
         "end": tools.call_end,
     }
 
@@ -133,8 +133,16 @@ def _json(request: GenerateRequest) -> Format | None:
     return _schema(form.schema if form.kind == "json_schema" and form.schema else ANY_OBJECT)
 
 
-def _schema(schema: dict[str, Any]) -> Format:
-    return {"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": MAX_WHITESPACE}
+def _schema(schema: dict[str, Any], style: str = "json") -> Format:
+    """`style`: the arguments as JSON, or as xgrammar's `qwen_xml` parameters."""
+    form: Format = {
+        "type": "json_schema",
+        "json_schema": schema,
+        "max_whitespace_cnt": MAX_WHITESPACE,
+    }
+    if style != "json":
+        form["style"] = style
+    return form
 
 
 def free_form(syntax: str, definition: str, path: str) -> FreeForm:

@@ -223,7 +223,9 @@ class Generation:
         `tracker` hears of each output and of the end, however it ends."""
         timing = record.timing
         record.prompt_tokens = prepared.prompt.num_tokens
-        parser = OutputParser(prepared.calls, tool_call_id, prepared.thinking, self.sign)
+        parser = OutputParser(
+            prepared.calls, tool_call_id, prepared.thinking, self.sign, prepared.request.tools
+        )
         submitted = time.perf_counter()
         reasoning_tokens = 0  # the completion tokens once the reasoning ended
         with accounted(record, tracker):

@@ -9,8 +9,11 @@ like arguments."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import Enum, auto
+from typing import Any, Protocol
+
+import orjson
 
 from grammars import ThinkingFormat, ToolFormat
 from server.canonical import (
@@ -18,6 +21,7 @@ from server.canonical import (
     TextDelta,
     ThinkingDelta,
     ThinkingEnd,
+    Tool,
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
@@ -45,8 +49,11 @@ class OutputParser:
         new_id: Callable[[], str],
         thinking: ThinkingFormat | None = None,
         sign: Callable[[str], str] = lambda text: "",
+        declared: Sequence[Tool] = (),
     ) -> None:
+        """`declared`: the request's tools (which take free-form input, their schemas)."""
         self._format = tools
+        self._declared = {tool.name: tool for tool in declared}
         self._new_id = new_id
         self._thinking = thinking
         self._sign = sign
@@ -57,7 +64,7 @@ class OutputParser:
         self._after_block = False  # a call or the reasoning came before: text starts visibly
         self._in_text = False
         self._blank = ""  # whitespace at the start of a text block, held back
-        self._arguments = _ObjectEnd()
+        self._arguments: _Arguments = _ObjectEnd()
 
     @property
     def num_calls(self) -> int:
@@ -89,8 +96,9 @@ class OutputParser:
         elif self._state == _State.HEADER:
             pass  # the trigger and part of a header: not a call yet, never text
         elif self._state in (_State.ARGUMENTS, _State.INPUT):
-            if self._buffer:
-                events.append(ToolCallDelta(self._calls, self._buffer))
+            held = self._arguments.flush() if self._state == _State.ARGUMENTS else self._buffer
+            if held:
+                events.append(ToolCallDelta(self._calls, held))
             events.append(ToolCallEnd(self._calls, complete=False))
         else:
             events.append(ToolCallEnd(self._calls))
@@ -167,21 +175,31 @@ class OutputParser:
             return True
         end, marker = min(ends)
         name = self._buffer[len(begin) : end]
+        tool = self._declared.get(name)
+        if tool is not None:  # the tool decides which marker follows its name
+            wanted = tools.input_begin if tool.free_form is not None else tools.arguments_begin
+            after = self._buffer[end:]
+            if after.startswith(wanted):
+                marker = wanted
+            elif wanted.startswith(after):
+                return False  # it is arriving
+        free_form = marker == tools.input_begin
         events.append(ToolCallStart(self._calls, self._new_id(), name))
         self._in_text = False
         self._blank = ""
         self._buffer = self._buffer[end + len(marker) :]
         self._arguments = _ObjectEnd()
-        self._state = _State.ARGUMENTS if marker == tools.arguments_begin else _State.INPUT
+        if tools.arguments == "qwen_xml":
+            self._arguments = _XmlArguments(tool.input_schema if tool is not None else {})
+        self._state = _State.INPUT if free_form else _State.ARGUMENTS
         return True
 
     def _read_arguments(self, events: list[Event]) -> bool:
-        end = self._arguments.scan(self._buffer)
-        fragment = self._buffer if end is None else self._buffer[:end]
+        fragment, rest = self._arguments.feed(self._buffer)
         if fragment:
             events.append(ToolCallDelta(self._calls, fragment))
-        self._buffer = "" if end is None else self._buffer[end:]
-        if end is None:
+        self._buffer = rest or ""
+        if rest is None:
             return False
         self._state = _State.TAIL
         return True
@@ -202,7 +220,7 @@ class OutputParser:
         return True
 
     def _read_tail(self, tools: ToolFormat, events: list[Event]) -> bool:
-        end = tools.call_end
+        end = tools.tail
         if len(self._buffer) < len(end) and end.startswith(self._buffer):
             return False
         if self._buffer.startswith(end):
@@ -232,6 +250,17 @@ class OutputParser:
         events.append(TextDelta(text))
 
 
+class _Arguments(Protocol):
+    def feed(self, text: str) -> tuple[str, str | None]:
+        """The arguments' JSON text this text adds, and the text after the arguments once they
+        end (None: they go on; what may still be markup is held)."""
+        ...
+
+    def flush(self) -> str:
+        """What is held, as arguments text: the call was cut."""
+        ...
+
+
 class _ObjectEnd:
     """Finds where a JSON object ends in text arriving in pieces (strings and escapes aware)."""
 
@@ -240,6 +269,13 @@ class _ObjectEnd:
         self._opened = False
         self._in_string = False
         self._escaped = False
+
+    def feed(self, text: str) -> tuple[str, str | None]:
+        end = self.scan(text)
+        return (text, None) if end is None else (text[:end], text[end:])
+
+    def flush(self) -> str:
+        return ""
 
     def scan(self, text: str) -> int | None:
         """The index just past the closing brace in `text`, or None if it has not come yet."""
@@ -261,6 +297,123 @@ class _ObjectEnd:
                 if self._opened and self._depth == 0:
                     return index + 1
         return None
+
+
+PARAMETER, PARAMETER_END, FUNCTION_END = "<parameter=", "</parameter>", "</function>"
+
+
+class _XmlArguments:
+    """Qwen's XML parameters, `<parameter=KEY>\\nVALUE\\n</parameter>` each, as the JSON object
+    they stand for, in fragments: a plain string's value streams as it comes (the newline the
+    format puts on each side of it is not part of it); any other value follows whole at its end
+    tag, as the schema types it (`_kind`). The arguments end at `</function>`."""
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        properties = schema.get("properties") if isinstance(schema, dict) else None
+        self._properties: dict[str, Any] = properties if isinstance(properties, dict) else {}
+        self._held = ""
+        self._count = 0
+        self._kind: str | None = None  # inside a parameter's value, of this kind
+        self._opened = False  # a streamed value's first newline is dealt with
+
+    def feed(self, text: str) -> tuple[str, str | None]:
+        self._held += text
+        out: list[str] = []
+        while True:
+            if self._kind is not None:
+                if not self._value(self._kind, out):
+                    return "".join(out), None
+                continue
+            rest = self._held.lstrip()
+            if rest.startswith(PARAMETER):
+                close = rest.find(">", len(PARAMETER))
+                if close < 0:
+                    self._held = rest
+                    return "".join(out), None
+                key = rest[len(PARAMETER) : close]
+                out.append(("{" if not self._count else ", ") + _json_string(key) + ": ")
+                self._count += 1
+                self._kind = _kind(self._properties.get(key))
+                self._opened = False
+                self._held = rest[close + 1 :]
+                if self._kind == "text":
+                    out.append('"')
+                continue
+            if not rest.startswith(FUNCTION_END) and (
+                PARAMETER.startswith(rest) or FUNCTION_END.startswith(rest)
+            ):
+                self._held = rest  # markup may be arriving
+                return "".join(out), None
+            out.append("}" if self._count else "{}")
+            self._held = ""
+            return "".join(out), rest
+
+    def flush(self) -> str:
+        held, self._held = self._held, ""
+        return _escaped(held) if self._kind == "text" else ""
+
+    def _value(self, kind: str, out: list[str]) -> bool:
+        """Reads the current value on; False when it needs more text."""
+        if kind == "text":
+            if not self._opened:
+                if not self._held:
+                    return False
+                self._held = self._held.removeprefix("\n")
+                self._opened = True
+            end = self._held.find(PARAMETER_END)
+            if end < 0:
+                held = _partial_suffix(self._held, "\n" + PARAMETER_END)
+                out.append(_escaped(self._held[: len(self._held) - held]))
+                self._held = self._held[len(self._held) - held :]
+                return False
+            out.append(_escaped(self._held[:end].removesuffix("\n")) + '"')
+        else:
+            end = self._held.find(PARAMETER_END)
+            if end < 0:
+                return False
+            out.append(_typed(self._held[:end], kind))
+        self._held = self._held[end + len(PARAMETER_END) :]
+        self._kind = None
+        return True
+
+
+def _kind(schema: Any) -> str:
+    """How a parameter's value is written: `text`, a plain string, as it is; `word`, a string
+    held to an enum, a pattern or a length, as it is between any whitespace; `json`, a value of
+    no string type; `mixed`, a string or another type (JSON where it reads as JSON)."""
+    if not isinstance(schema, dict) or not schema:
+        return "mixed"
+    if "enum" in schema or "const" in schema:
+        values = schema.get("enum", [schema.get("const")])
+        return "word" if all(isinstance(value, str) for value in values) else "mixed"
+    kind = schema.get("type")
+    if kind == "string":
+        held = ("pattern", "format", "minLength", "maxLength")
+        return "word" if any(key in schema for key in held) else "text"
+    if isinstance(kind, str):
+        return "json"
+    return "mixed"
+
+
+def _typed(value: str, kind: str) -> str:
+    if kind == "word":
+        return _json_string(value.strip())
+    text = value.removeprefix("\n").removesuffix("\n")
+    try:
+        parsed = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return _json_string(text)
+    if kind == "mixed" and isinstance(parsed, str):
+        return _json_string(text)  # a quoted string is a string with its quotes
+    return orjson.dumps(parsed).decode()
+
+
+def _json_string(text: str) -> str:
+    return orjson.dumps(text).decode()
+
+
+def _escaped(text: str) -> str:
+    return _json_string(text)[1:-1]
 
 
 def _partial_suffix(text: str, marker: str) -> int:

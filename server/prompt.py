@@ -24,6 +24,9 @@ from server.canonical import (
     ToolResult,
 )
 
+# The one parameter a free-form tool's call has in a family of named parameters (Qwen's XML).
+FREE_FORM_INPUT = "input"
+
 
 class Tokenizer(Protocol):
     """The part of a Hugging Face tokenizer the renderer uses."""
@@ -55,16 +58,28 @@ class PromptRenderer:
 
     def render(self, request: GenerateRequest) -> Prompt:
         """A trailing assistant turn is left open: the answer continues where it ends. With a
-        reasoning phase, the answer's prompt ends with the family's opening tag."""
+        reasoning phase, the answer's prompt ends with the family's opening tag (the template's
+        own, where it has a switch)."""
         continues = request.continues_answer
+        thinking = self.thinking_for(request)
+        options: dict[str, Any] = {}
+        family_thinking = self.family.thinking
+        if family_thinking is not None and family_thinking.switch:
+            options[family_thinking.switch] = thinking is not None
+        if self.family.template_tools:
+            turns, tools = self._template_turns(request)
+            if tools:
+                options["tools"] = tools
+        else:
+            turns = self._turns(request)
         text = self._tokenizer.apply_chat_template(
-            self._turns(request),
+            turns,
             tokenize=False,
             add_generation_prompt=not continues,
             continue_final_message=continues,
+            **options,
         )
-        thinking = self.thinking_for(request)
-        if thinking is not None:
+        if thinking is not None and not text.endswith(thinking.open):
             text += thinking.open
         return Prompt(text, self._tokenizer.encode(text, add_special_tokens=False))
 
@@ -74,6 +89,39 @@ class PromptRenderer:
         if request.thinking.mode is ThinkingMode.DISABLED or request.continues_answer:
             return None
         return self.family.thinking
+
+    def _template_turns(
+        self, request: GenerateRequest
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The conversation as chat templates read it (OpenAI's shape: `tool_calls` with their
+        arguments as objects, one role "tool" message per result, `reasoning_content`), and the
+        tools: the template renders them all in its own format."""
+        tools = self.family.tools
+        turns: list[dict[str, Any]] = []
+        loaded = {tool.name: tool for tool in request.tools if tool.deferred}
+        for message in request.messages:
+            if message.role == "tool":
+                for part in message.parts:
+                    if isinstance(part, ToolResult):
+                        text = _result_text(part, self.family.image, loaded)
+                        content = "Error: " + text if part.is_error else text
+                        turns.append(
+                            {"role": "tool", "tool_call_id": part.tool_call_id, "content": content}
+                        )
+                continue
+            turn: dict[str, Any] = {
+                "role": message.role,
+                "content": _content(message, None, self.family.image),
+            }
+            calls = [part for part in message.parts if isinstance(part, ToolCall)]
+            if calls and tools is not None:
+                turn["tool_calls"] = [_template_call(call) for call in calls]
+            reasoning = [part.text for part in message.parts if isinstance(part, Thinking)]
+            if reasoning:
+                turn["reasoning_content"] = "".join(reasoning)
+            turns.append(turn)
+        listed = [_template_tool(tool) for tool in request.tools if not tool.deferred]
+        return turns, listed
 
     def _turns(self, request: GenerateRequest) -> list[dict[str, Any]]:
         tools = self.family.tools
@@ -140,14 +188,18 @@ def _results(
     wrapped = []
     for part in message.parts:
         if isinstance(part, ToolResult):
-            text = "\n".join(
-                _result_part(p, image, loaded)
-                for p in part.parts
-                if isinstance(p, Text | ToolReference) or (isinstance(p, Image) and image)
-            )
+            text = _result_text(part, image, loaded)
             content = tools.error_prefix + text if part.is_error else text
             wrapped.append(tools.result.replace("{content}", content))
     return "\n".join(wrapped)
+
+
+def _result_text(result: ToolResult, image: str | None, loaded: dict[str, Tool]) -> str:
+    return "\n".join(
+        _result_part(part, image, loaded)
+        for part in result.parts
+        if isinstance(part, Text | ToolReference) or (isinstance(part, Image) and image)
+    )
 
 
 def _result_part(
@@ -171,6 +223,45 @@ def _add_tools(turns: list[dict[str, Any]], tools: tuple[Tool, ...], form: ToolF
         turns[0]["content"] = f"{turns[0]['content']}\n\n{block}" if turns[0]["content"] else block
     else:
         turns.insert(0, {"role": "system", "content": block})
+
+
+def _template_call(call: ToolCall) -> dict[str, Any]:
+    """A call as templates read it: its arguments as an object (a free-form tool's input is its
+    one `input` parameter; arguments that are no JSON object, as a cut call's, go back empty)."""
+    if call.free_form:
+        arguments: Any = {FREE_FORM_INPUT: call.arguments}
+    else:
+        try:
+            arguments = orjson.loads(call.arguments)
+        except orjson.JSONDecodeError:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            arguments = {}
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": arguments},
+    }
+
+
+def _template_tool(tool: Tool) -> dict[str, Any]:
+    """A tool as templates read it (OpenAI's function shape). A free-form tool is a function of
+    one string parameter, `input`, that says the format its text follows."""
+    if tool.free_form is None:
+        return _tool_json(tool)
+    form = tool.free_form
+    described = "Free-form text, as it is"
+    if form.syntax != "text":
+        described += f", following this {form.syntax} definition:\n{form.definition}"
+    function: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        function["description"] = tool.description
+    function["parameters"] = {
+        "type": "object",
+        "properties": {FREE_FORM_INPUT: {"type": "string", "description": described}},
+        "required": [FREE_FORM_INPUT],
+    }
+    return {"type": "function", "function": function}
 
 
 def _tool_json(tool: Tool) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from quart import current_app
 
-from grammars import ModelFamily, family_for
+from grammars import ModelFamily, UnknownFormat, family_for
 from server.auth.principal import OPEN_ORG, Authenticator
 from server.config import Settings
 from server.engines.base import Engine
@@ -112,6 +112,7 @@ class ServerState:
         try:
             self.source = await asyncio.to_thread(resolve, self.settings)
             tokenizer = await asyncio.to_thread(load_tokenizer, self.source.path)
+            family = _family(self.source.served_name, tokenizer.chat_template)
             engine = self.engine_factory(self.settings, self.source, tokenizer)
             self.engine = engine
             await engine.start()
@@ -125,7 +126,6 @@ class ServerState:
             log.exception("the model runtime failed to start")
             self.on_start_failed(1)
             return
-        family = family_for(tokenizer.chat_template)
         capabilities: tuple[str, ...] = ("chat", "streaming", "json_output")
         capabilities += ("tools",) if family.tools else ()
         capabilities += ("thinking",) if family.thinking else ()
@@ -147,6 +147,9 @@ class ServerState:
             sampling_defaults=sampling_defaults(self.source.path),
             default_max_tokens=self.settings.default_max_tokens,
             max_output_tokens=self.settings.max_output_tokens,
+            family=family.name,
+            tool_format=family.tool_format if family.tools else None,
+            reasoning=family.thinking is not None,
         )
         if card.sampling_defaults:
             log.info("sampling left unset follows the model's: %s", card.sampling_defaults)
@@ -159,7 +162,13 @@ class ServerState:
             secrets.token_bytes(32),
         )
         self.on_engine_started()
-        log.info("serving %s, ready in %.1f s", card.id, time.monotonic() - started)
+        log.info(
+            "serving %s (chat format %s, tool calls %s), ready in %.1f s",
+            card.id,
+            family.name,
+            card.tool_format or "none",
+            time.monotonic() - started,
+        )
 
     def _decode_options(self, family: ModelFamily) -> DecodeOptions:
         claude_code = self.settings.compat_with("claude-code")
@@ -204,6 +213,14 @@ class ServerState:
                 retry_after=STARTING_RETRY_AFTER,
             )
         return self.generation
+
+
+def _family(model: str, chat_template: str | None) -> ModelFamily:
+    """The model's chat format, from its own template; one in no known format stops the start."""
+    try:
+        return family_for(chat_template)
+    except UnknownFormat as error:
+        raise ModelSetupError(f"{model}: {error}") from None
 
 
 def server_state() -> ServerState:

@@ -29,6 +29,11 @@ class ModelCard:
     default_max_tokens: int | None = None
     # The most tokens of any answer (--max-output-tokens); None: to the window's end.
     max_output_tokens: int | None = None
+    # Its chat format (grammars/): the family, the tool-call format it writes (SGLang's parser
+    # name; None: no tools), whether it has a reasoning phase a request can turn on.
+    family: str = "unknown"
+    tool_format: str | None = None
+    reasoning: bool = False
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -42,6 +47,9 @@ class ModelCard:
             ),
             "max_request_bytes": self.max_request_bytes,
             "capabilities": list(self.capabilities),
+            "family": self.family,
+            "tool_format": self.tool_format,
+            "reasoning": self.reasoning,
             "protocols": list(PROTOCOLS),
             "route": "local",
         }

@@ -180,6 +180,9 @@ MODEL_LIST = obj(
                     "max_output_tokens": INTEGER,
                     "max_request_bytes": INTEGER,
                     "capabilities": {"type": "array", "items": string()},
+                    "family": string(),
+                    "tool_format": {"type": ["string", "null"]},
+                    "reasoning": {"type": "boolean"},
                     "protocols": {
                         "type": "array",
                         "items": {"enum": ["messages", "chat.completions", "responses"]},

@@ -1,0 +1,103 @@
+"""A tiny model folder of a family: config.json, random bf16 weights in model.safetensors, the
+tokenizer and the family's chat template. Nothing it says is meaningful; what the node guarantees
+(the format, the constraints) holds whatever the weights."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from tokenizers import AddedToken, Tokenizer
+
+HERE = Path(__file__).parent
+HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN = 64, 2, 2, 1, 32, 128
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # the template's file here: <name>.jinja
+    architecture: str
+    model_type: str
+    added: tuple[str, ...]  # the family's own tokens, beside the embedded vocabulary's
+    extra_config: tuple[tuple[str, object], ...] = ()
+
+
+QWEN3_5 = Family(
+    "qwen3_5",
+    "Qwen3ForCausalLM",
+    "qwen3",
+    ("<tool_call>", "</tool_call>", "<think>", "</think>", "<tool_response>",
+     "</tool_response>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"),
+)  # fmt: skip
+
+
+def make(folder: Path, family: Family, embedded: Path, seed: int = 0) -> Path:
+    """The family's tiny model in `folder`, its tokenizer the embedded model's plus the family's
+    tokens."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = Tokenizer.from_file(str(embedded / "tokenizer.json"))
+    tokenizer.add_tokens([AddedToken(token, normalized=False) for token in family.added])
+    tokenizer.save(str(folder / "tokenizer.json"))
+    config = json.loads((embedded / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    (folder / "chat_template.jinja").write_text((HERE / f"{family.name}.jinja").read_text())
+    vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+    eos = tokenizer.token_to_id(config["eos_token"])
+    (folder / "config.json").write_text(json.dumps(_config(family, vocab, eos), indent=2))
+    save_file(_weights(vocab, seed), str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder
+
+
+def _config(family: Family, vocab: int, eos: int) -> dict[str, object]:
+    return {
+        "architectures": [family.architecture],
+        "model_type": family.model_type,
+        "vocab_size": vocab,
+        "hidden_size": HIDDEN,
+        "intermediate_size": FFN,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "hidden_act": "silu",
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": eos,
+        "eos_token_id": eos,
+        **dict(family.extra_config),
+    }
+
+
+def _weights(vocab: int, seed: int) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+
+    def random(*shape: int) -> torch.Tensor:
+        return (torch.randn(*shape, generator=generator) * 0.05).to(torch.bfloat16)
+
+    def ones(size: int) -> torch.Tensor:
+        return torch.ones(size, dtype=torch.bfloat16)
+
+    weights = {"model.embed_tokens.weight": random(vocab, HIDDEN)}
+    weights["model.norm.weight"] = ones(HIDDEN)
+    for layer in range(LAYERS):
+        prefix = f"model.layers.{layer}."
+        weights |= {
+            prefix + "input_layernorm.weight": ones(HIDDEN),
+            prefix + "post_attention_layernorm.weight": ones(HIDDEN),
+            prefix + "self_attn.q_proj.weight": random(HEADS * HEAD_DIM, HIDDEN),
+            prefix + "self_attn.k_proj.weight": random(KV_HEADS * HEAD_DIM, HIDDEN),
+            prefix + "self_attn.v_proj.weight": random(KV_HEADS * HEAD_DIM, HIDDEN),
+            prefix + "self_attn.o_proj.weight": random(HIDDEN, HEADS * HEAD_DIM),
+            prefix + "self_attn.q_norm.weight": ones(HEAD_DIM),
+            prefix + "self_attn.k_norm.weight": ones(HEAD_DIM),
+            prefix + "mlp.gate_proj.weight": random(FFN, HIDDEN),
+            prefix + "mlp.up_proj.weight": random(FFN, HIDDEN),
+            prefix + "mlp.down_proj.weight": random(HIDDEN, FFN),
+        }
+    return weights
