@@ -33,6 +33,7 @@ class ToolFormat:
     call_end: str
     separator: str
     arguments: Literal["json", "qwen_xml"] = "json"
+    parallel: bool = True  # False: the format holds one call a turn
     # What a template-less family adds: the tool instructions, where results go.
     system: str = ""  # appended to the system prompt; "{tools}" is replaced by the tool lines
     result_role: str = "user"
@@ -43,6 +44,11 @@ class ToolFormat:
     input_begin: str = ""
     input_end: str = ""
     free_form_system: str = ""  # follows `system` when a request has free-form tools
+
+    @property
+    def free_form(self) -> bool:
+        """The format has a call of free-form input (OpenAI's custom tools)."""
+        return bool(self.input_begin)
 
     @property
     def tail(self) -> str:

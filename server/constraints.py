@@ -87,7 +87,7 @@ def calls_format(request: GenerateRequest, tools: ToolFormat) -> Format | None:
         "type": "triggered_tags",
         "triggers": [tools.trigger],
         "tags": [_tag(tool, tools) for tool in request.tools],
-        "stop_after_first": not request.tool_choice.parallel,
+        "stop_after_first": not (request.tool_choice.parallel and tools.parallel),
     }
 
 
@@ -102,7 +102,7 @@ def _calls_only(request: GenerateRequest, tools: ToolFormat) -> Format:
         "tags": [_tag(tool, tools) for tool in allowed],
         "separator": tools.separator,
         "at_least_one": True,
-        "stop_after_first": named or not choice.parallel,
+        "stop_after_first": named or not (choice.parallel and tools.parallel),
     }
 
 

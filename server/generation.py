@@ -204,10 +204,20 @@ class Generation:
                     "image_input)",
                     param=image.path,
                 )
-        if request.tools and self.renderer.family.tools is None:
+        tools = self.renderer.family.tools
+        if request.tools and tools is None:
             raise UnsupportedParameter(
                 f"{self.card.id} has no known tool-call format", param="tools"
             )
+        if tools is not None and not tools.free_form:
+            for tool in request.tools:
+                if tool.free_form is not None:
+                    raise UnsupportedParameter(
+                        f"{tool.schema_path.removesuffix('.format')}: {self.card.id} calls tools "
+                        f"in the {self.renderer.family.tool_format} format, which has no call of "
+                        "free-form input: give the tool JSON parameters",
+                        param="tools",
+                    )
         for name, reason in self.engine.unsupported_sampling.items():
             if getattr(request.sampling, name, None) not in (None, {}, ()):
                 raise UnsupportedParameter(f"{name}: {reason}", param=name)

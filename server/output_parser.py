@@ -163,7 +163,7 @@ class OutputParser:
         ends = [
             (at, marker)
             for marker in (tools.arguments_begin, tools.input_begin)
-            if (at := self._buffer.find(marker, len(begin))) >= 0
+            if marker and (at := self._buffer.find(marker, len(begin))) >= 0
         ]
         if self._buffer.startswith(begin) and not ends and len(self._buffer) < MAX_NAME:
             return False

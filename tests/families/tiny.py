@@ -22,16 +22,29 @@ class Family:
     architecture: str
     model_type: str
     added: tuple[str, ...]  # the family's own tokens, beside the embedded vocabulary's
-    extra_config: tuple[tuple[str, object], ...] = ()
+    special: tuple[str, ...] = ()  # its special tokens (turn markers), added as such
+    bos: str = "<|im_start|>"
+    eos: str = "<|im_end|>"
+    qk_norm: bool = False  # Qwen3's norms on queries and keys
 
 
-QWEN3_5 = Family(
-    "qwen3_5",
-    "Qwen3ForCausalLM",
-    "qwen3",
-    ("<tool_call>", "</tool_call>", "<think>", "</think>", "<tool_response>",
-     "</tool_response>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"),
+QWEN_TOKENS = (
+    "<tool_call>", "</tool_call>", "<think>", "</think>", "<tool_response>", "</tool_response>",
+    "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
 )  # fmt: skip
+QWEN3_5 = Family("qwen3_5", "Qwen3ForCausalLM", "qwen3", QWEN_TOKENS, qk_norm=True)
+QWEN3 = Family("qwen3", "Qwen3ForCausalLM", "qwen3", QWEN_TOKENS, qk_norm=True)
+LLAMA3 = Family(
+    "llama3",
+    "LlamaForCausalLM",
+    "llama",
+    (),
+    special=("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+             "<|eom_id|>", "<|python_tag|>"),
+    bos="<|begin_of_text|>",
+    eos="<|eot_id|>",
+)  # fmt: skip
+FAMILIES = {family.name: family for family in (QWEN3_5, QWEN3, LLAMA3)}
 
 
 def make(folder: Path, family: Family, embedded: Path, seed: int = 0) -> Path:
@@ -40,18 +53,22 @@ def make(folder: Path, family: Family, embedded: Path, seed: int = 0) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = Tokenizer.from_file(str(embedded / "tokenizer.json"))
     tokenizer.add_tokens([AddedToken(token, normalized=False) for token in family.added])
+    tokenizer.add_special_tokens([AddedToken(token, special=True) for token in family.special])
     tokenizer.save(str(folder / "tokenizer.json"))
     config = json.loads((embedded / "tokenizer_config.json").read_text())
+    config |= {"bos_token": family.bos, "eos_token": family.eos, "pad_token": family.eos}
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     (folder / "chat_template.jinja").write_text((HERE / f"{family.name}.jinja").read_text())
     vocab = tokenizer.get_vocab_size(with_added_tokens=True)
-    eos = tokenizer.token_to_id(config["eos_token"])
-    (folder / "config.json").write_text(json.dumps(_config(family, vocab, eos), indent=2))
-    save_file(_weights(vocab, seed), str(folder / "model.safetensors"), metadata={"format": "pt"})
+    eos = tokenizer.token_to_id(family.eos)
+    bos = tokenizer.token_to_id(family.bos)
+    (folder / "config.json").write_text(json.dumps(_config(family, vocab, bos, eos), indent=2))
+    weights = _weights(vocab, family.qk_norm, seed)
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
     return folder
 
 
-def _config(family: Family, vocab: int, eos: int) -> dict[str, object]:
+def _config(family: Family, vocab: int, bos: int, eos: int) -> dict[str, object]:
     return {
         "architectures": [family.architecture],
         "model_type": family.model_type,
@@ -68,13 +85,12 @@ def _config(family: Family, vocab: int, eos: int) -> dict[str, object]:
         "rope_theta": 10000.0,
         "tie_word_embeddings": True,
         "torch_dtype": "bfloat16",
-        "bos_token_id": eos,
+        "bos_token_id": bos,
         "eos_token_id": eos,
-        **dict(family.extra_config),
     }
 
 
-def _weights(vocab: int, seed: int) -> dict[str, torch.Tensor]:
+def _weights(vocab: int, qk_norm: bool, seed: int) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
 
     def random(*shape: int) -> torch.Tensor:
@@ -94,10 +110,11 @@ def _weights(vocab: int, seed: int) -> dict[str, torch.Tensor]:
             prefix + "self_attn.k_proj.weight": random(KV_HEADS * HEAD_DIM, HIDDEN),
             prefix + "self_attn.v_proj.weight": random(KV_HEADS * HEAD_DIM, HIDDEN),
             prefix + "self_attn.o_proj.weight": random(HIDDEN, HEADS * HEAD_DIM),
-            prefix + "self_attn.q_norm.weight": ones(HEAD_DIM),
-            prefix + "self_attn.k_norm.weight": ones(HEAD_DIM),
             prefix + "mlp.gate_proj.weight": random(FFN, HIDDEN),
             prefix + "mlp.up_proj.weight": random(FFN, HIDDEN),
             prefix + "mlp.down_proj.weight": random(HIDDEN, FFN),
         }
+        if qk_norm:
+            weights[prefix + "self_attn.q_norm.weight"] = ones(HEAD_DIM)
+            weights[prefix + "self_attn.k_norm.weight"] = ones(HEAD_DIM)
     return weights

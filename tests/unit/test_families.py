@@ -89,16 +89,24 @@ def test_a_template_whose_tool_format_is_unknown_stops_the_start() -> None:
     assert "qwen3_coder" in str(raised.value)
 
 
-def test_the_xml_format_is_xgrammars_own() -> None:
-    """Our strings for Qwen's calls are those of xgrammar's `qwen_3_5` structural tag (the one
-    SGLang's qwen3_coder parser uses): the tag of a forced call, its content Qwen's XML."""
+@pytest.mark.parametrize(
+    ("name", "builtin"), [("qwen3_coder", "qwen_3_5"), ("hermes", "qwen_3"), ("llama3", "llama")]
+)
+def test_each_format_is_xgrammars_own(name: str, builtin: str) -> None:
+    """Our strings for a family's calls are those of xgrammar's structural tag for the format
+    (the one SGLang's parser of that name uses): the tag of a forced call, its content's style,
+    and the trigger that opens a call in free text."""
+    tools = family(name).tools
+    assert tools is not None
     tool = {"type": "function", "function": {"name": "get_weather", "parameters": SCHEMA}}
     choice = {"type": "function", "function": {"name": "get_weather"}}
-    tag = get_model_structural_tag("qwen_3_5", [tool], choice, reasoning="disabled")
-    form = tag.format
-    assert form.begin == XML.call_begin + "get_weather" + XML.arguments_begin
-    assert form.end == XML.call_end
-    assert form.content.style == XML.arguments
+    form = get_model_structural_tag(builtin, [tool], choice, reasoning="disabled").format
+    assert form.begin == tools.call_begin + "get_weather" + tools.arguments_begin
+    assert form.end == tools.call_end
+    assert form.content.style == tools.arguments
+    auto = get_model_structural_tag(builtin, [tool], "auto", reasoning="disabled").format
+    [trigger] = auto.triggers
+    assert trigger.startswith(tools.trigger) or tools.trigger.startswith(trigger)
 
 
 def canonical_call(name: str, arguments: dict[str, Any], index: int = 0) -> ToolCall:
@@ -280,3 +288,34 @@ def test_every_family_file_is_whole() -> None:
         assert isinstance(found, ModelFamily) and found.match and found.tool_format
         if found.template_tools:
             assert found.tools is not None and not found.tools.system
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama3"])
+def test_a_json_call_goes_back_as_the_model_writes_it(
+    name: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A call in history, as each JSON family's template renders it, is the family's call
+    format around the arguments (as the template's tojson writes them)."""
+    from tests.families.tiny import FAMILIES
+
+    folder = make(
+        tmp_path_factory.mktemp(name), FAMILIES[name], ensure_converted(default_cache_dir())
+    )
+    tokenizer = load_tokenizer(str(folder))
+    renderer = PromptRenderer(tokenizer, family_for(tokenizer.chat_template))
+    tools = renderer.family.tools
+    assert tools is not None
+    arguments = {"city": "Paris", "days": 2}
+    prompt = renderer.render(
+        GenerateRequest(
+            "m",
+            (
+                Message("user", (Text("Weather?"),)),
+                Message("assistant", (canonical_call("get_weather", arguments),)),
+                Message("tool", (ToolResult("call_0", (Text("sunny"),)),)),
+            ),
+            tools=TOOLS,
+        )
+    )
+    assert tools.call("get_weather", json.dumps(arguments)) in prompt.text
+    assert "sunny" in prompt.text

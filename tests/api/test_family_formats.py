@@ -1,0 +1,154 @@
+"""The family-independent tests of tools, reasoning and free-form calls, run again on a model of
+each other family: a tiny model made by tests/families/ (its architecture at a toy size, random
+weights, the family's chat template) served by the real engine, one family at a time. Each
+template presents the tools itself, in its own format: Qwen3.5's XML calls, Qwen3's Hermes JSON,
+Llama 3's bare JSON one call a turn; reasoning has the template's own switch. Every guarantee the
+embedded model's tests check (calls valid against their schema under each tool_choice, a named
+choice one call, no call markup in text, streamed calls equal to whole ones, budgets enforced)
+must hold on each."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from server.config import default_cache_dir
+from server.models.embedded import ensure_converted
+from server.prompt import Tokenizer
+from server.tokenizer import load_tokenizer
+from tests.api.test_responses_tools import (
+    test_a_custom_call_streams_its_input,
+    test_calls_and_their_outputs_go_back_as_input,
+    test_every_sampled_input_holds_to_the_grammar,
+)
+from tests.api.test_thinking import (
+    test_chat_enable_thinking_fills_reasoning_content,
+    test_disabled_means_no_reasoning_phase,
+    test_the_budget_caps_the_reasoning_and_a_forced_call_or_a_json_answer_follows,
+)
+from tests.api.test_tool_markup import (  # noqa: F401
+    test_a_named_choice_is_that_call_once_with_parallel_calls_on,
+    test_no_cut_of_a_call_is_ever_text,
+)
+from tests.api.test_tools import (  # noqa: F401
+    test_anthropic_one_call_when_parallel_calls_are_off,
+    test_anthropic_streamed_fragments_concatenate_to_the_input,
+    test_anthropic_tool_choice,
+    test_anthropic_weather_loop_round_trips_history,
+    test_openai_one_call_when_parallel_calls_are_off,
+    test_openai_streamed_tool_call_deltas,
+    test_openai_tool_choice,
+    test_openai_tool_messages_round_trip,
+)
+from tests.families.tiny import FAMILIES, make
+from tests.server_process import ServerProcess
+
+# Each tiny model: what the card says of its chat format (family, tool format, reasoning), and
+# whether the format has a call of free-form input (custom tools).
+CARDS = {
+    "qwen3_5": ("qwen3_coder", "qwen3_coder", True),
+    "qwen3": ("hermes", "hermes", True),
+    "llama3": ("llama3", "llama3", False),
+}
+FREE_FORM = {"qwen3_5"}
+FREE_FORM_TESTS = {
+    test_a_custom_call_streams_its_input.__name__,
+    test_calls_and_their_outputs_go_back_as_input.__name__,
+    test_every_sampled_input_holds_to_the_grammar.__name__,
+}
+THINKING_TESTS = {
+    test_chat_enable_thinking_fills_reasoning_content.__name__,
+    test_disabled_means_no_reasoning_phase.__name__,
+    test_the_budget_caps_the_reasoning_and_a_forced_call_or_a_json_answer_follows.__name__,
+}
+
+
+@pytest.fixture(scope="module", params=list(CARDS))
+def family(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def model_folder(family: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp(family) / "model"
+    return make(folder, FAMILIES[family], ensure_converted(default_cache_dir()))
+
+
+@pytest.fixture(autouse=True)
+def where_the_family_has_it(request: pytest.FixtureRequest, family: str) -> None:
+    """A family without a reasoning phase refuses reasoning, one without a free-form call
+    refuses custom tools (both checked below): the tests of those do not apply to it."""
+    if request.node.originalname in THINKING_TESTS and not CARDS[family][2]:
+        pytest.skip(f"{family} has no reasoning phase: test_reasoning_is_refused_without_one")
+    if request.node.originalname in FREE_FORM_TESTS and family not in FREE_FORM:
+        pytest.skip(f"{family} has no free-form call: test_custom_tools_are_refused_without_one")
+
+
+@pytest.fixture(scope="module")
+def server(model_folder: Path, family: str) -> Iterator[ServerProcess]:
+    """The node on the family's tiny model, while this module's tests of it run."""
+    log = model_folder.parent / "server.log"
+    served = served_name(family)
+    process = ServerProcess(log, "--model", str(model_folder), "--served-model-name", served)
+    with process.running():
+        yield process
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_folder: Path) -> Tokenizer:
+    return load_tokenizer(str(model_folder))
+
+
+def served_name(family: str) -> str:
+    return f"tests/{family}-tiny"
+
+
+@pytest.fixture(scope="module")
+def model(server: ServerProcess, family: str) -> str:
+    return served_name(family)
+
+
+def test_the_card_names_the_family_and_its_tool_format(
+    server: ServerProcess, model: str, family: str
+) -> None:
+    [card] = httpx.get(f"{server.base_url}/models").json()["data"]
+    assert card["id"] == model
+    assert (card["family"], card["tool_format"], card["reasoning"]) == CARDS[family]
+    assert "tools" in card["capabilities"]
+    assert ("thinking" in card["capabilities"]) == CARDS[family][2]
+
+
+def test_reasoning_is_refused_without_one(http: httpx.Client, model: str, family: str) -> None:
+    """Checked before anything runs (count_tokens checks a request as a generation would)."""
+    body = {
+        "model": model,
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "messages": [{"role": "user", "content": "Hi"}],
+    }
+    response = http.post("/v1/infer/v1/messages/count_tokens", json=body)
+    if CARDS[family][2]:
+        assert response.status_code == 200, response.text
+    else:
+        assert response.status_code == 400, response.text
+        assert "no known reasoning format" in response.json()["error"]["message"]
+
+
+def test_custom_tools_are_refused_without_one(
+    openai_client: openai.OpenAI, model: str, family: str
+) -> None:
+    custom = {"type": "custom", "name": "note", "description": "Add a note."}
+    if family in FREE_FORM:
+        response = openai_client.responses.create(
+            model=model, input="Note it.", tools=[custom], max_output_tokens=16
+        )
+        assert response.status == "incomplete" or response.output
+        return
+    with pytest.raises(openai.BadRequestError) as raised:
+        openai_client.responses.create(
+            model=model, input="Note it.", tools=[custom], max_output_tokens=16
+        )
+    assert "no call of free-form input" in str(raised.value)
