@@ -16,8 +16,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 FOLDER = Path(__file__).parent
-# A chat template that reads the request's tools: it presents them in a format of its own.
-_READS_TOOLS = re.compile(r"\btools\b")
+# A chat template that reads the request's tools (in a statement or an expression, not in a
+# comment or its text) presents them in a format of its own.
+_CODE = re.compile(r"\{[{%](.*?)[}%]\}", re.DOTALL)
+_TOOLS = re.compile(r"\btools\b")
+
+
+def reads_tools(template: str) -> bool:
+    return any(_TOOLS.search(code) for code in _CODE.findall(template))
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +40,15 @@ class ToolFormat:
     separator: str
     arguments: Literal["json", "qwen_xml"] = "json"
     parallel: bool = True  # False: the format holds one call a turn
+    # The calls of one answer inside one block (DeepSeek's, Mistral's array): block_begin, the
+    # calls with the separator between them, block_end. The trigger is then block_begin.
+    block_begin: str = ""
+    block_end: str = ""
+    arguments_text: bool = False  # the template takes a call's arguments as JSON text
+    # How the node presents each tool in `system`: "{json}" (the tool's JSON object), or
+    # "{name}", "{description}" and "{parameters}" (its schema's JSON); between tools.
+    tool_entry: str = "{json}"
+    tool_separator: str = "\n"
     # What a template-less family adds: the tool instructions, where results go.
     system: str = ""  # appended to the system prompt; "{tools}" is replaced by the tool lines
     result_role: str = "user"
@@ -80,11 +95,15 @@ class ModelFamily:
     name: str
     match: tuple[str, ...] = ()  # all in the chat template
     template_tools: bool = False
+    # The template renders calls and results from OpenAI-shaped messages (`tool_calls`, role
+    # "tool"); implied by template_tools.
+    template_calls: bool = False
     tool_format: str | None = None  # its name as SGLang's tool-call parsers call it
     system_anywhere: bool = False
     tools: ToolFormat | None = None  # None: the family has no tool-call format
     thinking: ThinkingFormat | None = None  # None: the family has no reasoning phase
     image: str | None = None  # where an image stands in a prompt; None: no vision format
+    special_tokens: bool = False  # its markup is in special tokens: they are output as text
     examples: tuple[str, ...] = field(default=())  # models that write this format
 
 
@@ -102,11 +121,13 @@ def _family(data: dict[str, Any]) -> ModelFamily:
         name=data["name"],
         match=tuple(data.get("match", ())),
         template_tools=bool(data.get("template_tools", False)),
+        template_calls=bool(data.get("template_calls", data.get("template_tools", False))),
         tool_format=data.get("tool_format"),
         system_anywhere=bool(data.get("system_anywhere", False)),
         tools=ToolFormat(**tools) if tools else None,
         thinking=ThinkingFormat(**thinking) if thinking else None,
         image=data.get("image"),
+        special_tokens=bool(data.get("special_tokens", False)),
         examples=tuple(data.get("examples", ())),
     )
 
@@ -124,17 +145,17 @@ def family_for(chat_template: str | None) -> ModelFamily:
     reads tools is served only by a family whose template presents them; one in no known format
     raises UnknownFormat, naming what it found."""
     template = chat_template or ""
-    reads_tools = bool(_READS_TOOLS.search(template))
+    presents = reads_tools(template)
     matching = [
         found
         for found in families()
         if found.match
         and all(marker in template for marker in found.match)
-        and found.template_tools == reads_tools
+        and found.template_tools == presents
     ]
     if matching:
         return max(matching, key=lambda found: len(found.match))
-    if not reads_tools:
+    if not presents:
         return UNKNOWN
     markers = sorted(
         {marker for found in families() for marker in found.match if marker in template}

@@ -83,12 +83,14 @@ def calls_format(request: GenerateRequest, tools: ToolFormat) -> Format | None:
         return None
     if kind is not ToolChoiceKind.AUTO:
         return _calls_only(request, tools)
-    return {
-        "type": "triggered_tags",
-        "triggers": [tools.trigger],
-        "tags": [_tag(tool, tools) for tool in request.tools],
-        "stop_after_first": not (request.tool_choice.parallel and tools.parallel),
-    }
+    one = not (request.tool_choice.parallel and tools.parallel)
+    tags = [_tag(tool, tools) for tool in request.tools]
+    if tools.block_begin:  # one block of calls, opened by its trigger
+        block = _block(tools, tags, one)
+        return {"type": "triggered_tags", "triggers": [tools.trigger], "tags": [block],
+                "stop_after_first": True}  # fmt: skip
+    return {"type": "triggered_tags", "triggers": [tools.trigger], "tags": tags,
+            "stop_after_first": one}  # fmt: skip
 
 
 def _calls_only(request: GenerateRequest, tools: ToolFormat) -> Format:
@@ -97,13 +99,23 @@ def _calls_only(request: GenerateRequest, tools: ToolFormat) -> Format:
     choice = request.tool_choice
     named = choice.kind is ToolChoiceKind.NAMED
     allowed = [tool for tool in request.tools if not named or tool.name == choice.name]
-    return {
+    one = named or not (choice.parallel and tools.parallel)
+    return _block(tools, [_tag(tool, tools) for tool in allowed], one)
+
+
+def _block(tools: ToolFormat, tags: list[Format], one: bool) -> Format:
+    """At least one call of these, separated as the format separates them; in its block where
+    the format has one."""
+    calls = {
         "type": "tags_with_separator",
-        "tags": [_tag(tool, tools) for tool in allowed],
+        "tags": tags,
         "separator": tools.separator,
         "at_least_one": True,
-        "stop_after_first": named or not (choice.parallel and tools.parallel),
+        "stop_after_first": one,
     }
+    if not tools.block_begin:
+        return calls
+    return {"type": "tag", "begin": tools.block_begin, "content": calls, "end": tools.block_end}
 
 
 def _tag(tool: Tool, tools: ToolFormat) -> Format:

@@ -187,7 +187,10 @@ class Generation:
         calls = self.renderer.family.tools
         if not request.tools or request.tool_choice.kind is ToolChoiceKind.NONE:
             calls = None
-        engine_request = EngineRequest(request_id, prompt.ids, sampling, constraint)
+        special_tokens = self.renderer.family.special_tokens
+        engine_request = EngineRequest(
+            request_id, prompt.ids, sampling, constraint, special_tokens=special_tokens
+        )
         return Prepared(request, prompt, engine_request, calls, thinking)
 
     def _token_logprob(self, token: EngineLogprob) -> TokenLogprob:

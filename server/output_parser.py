@@ -37,6 +37,7 @@ class _State(Enum):
     ARGUMENTS = auto()
     INPUT = auto()  # a free-form call's input, until the call's end
     TAIL = auto()  # after the arguments' closing brace, until the call's end
+    BLOCK = auto()  # inside a block of calls (a format with one), between calls
 
 
 class OutputParser:
@@ -93,7 +94,7 @@ class OutputParser:
                 self._text(self._buffer, events)
             if self._blank and not self._after_block:
                 events.append(TextDelta(self._blank))
-        elif self._state == _State.HEADER:
+        elif self._state in (_State.HEADER, _State.BLOCK):
             pass  # the trigger and part of a header: not a call yet, never text
         elif self._state in (_State.ARGUMENTS, _State.INPUT):
             held = self._arguments.flush() if self._state == _State.ARGUMENTS else self._buffer
@@ -115,6 +116,8 @@ class OutputParser:
             return self._read_text(tools, events)
         if self._state == _State.HEADER:
             return self._read_header(tools, events)
+        if self._state == _State.BLOCK:
+            return self._read_block(tools)
         if self._state == _State.ARGUMENTS:
             return self._read_arguments(events)
         if self._state == _State.INPUT:
@@ -150,6 +153,9 @@ class OutputParser:
             self._text(self._buffer[:start], events)
             self._buffer = self._buffer[start:]
             self._state = _State.HEADER
+            if tools.block_begin:
+                self._buffer = self._buffer[len(tools.block_begin) :]
+                self._state = _State.BLOCK
             return True
         held = _partial_suffix(self._buffer, tools.trigger)
         self._text(self._buffer[: len(self._buffer) - held], events)
@@ -158,7 +164,7 @@ class OutputParser:
 
     def _read_header(self, tools: ToolFormat, events: list[Event]) -> bool:
         begin = tools.call_begin
-        if len(self._buffer) < len(begin) and begin.startswith(self._buffer):
+        if len(self._buffer) < len(begin) and _may_begin(self._buffer, begin):
             return False
         ends = [
             (at, marker)
@@ -169,8 +175,9 @@ class OutputParser:
             return False
         if not self._buffer.startswith(begin) or not ends:
             # Not a call after all (the grammar makes this impossible when it is on): text.
-            self._text(tools.trigger, events)
-            self._buffer = self._buffer[len(tools.trigger) :]
+            if not tools.block_begin:
+                self._text(tools.trigger, events)
+                self._buffer = self._buffer[len(tools.trigger) :]
             self._state = _State.TEXT
             return True
         end, marker = min(ends)
@@ -181,7 +188,7 @@ class OutputParser:
             after = self._buffer[end:]
             if after.startswith(wanted):
                 marker = wanted
-            elif wanted.startswith(after):
+            elif _may_begin(after, wanted):
                 return False  # it is arriving
         free_form = marker == tools.input_begin
         events.append(ToolCallStart(self._calls, self._new_id(), name))
@@ -192,6 +199,24 @@ class OutputParser:
         if tools.arguments == "qwen_xml":
             self._arguments = _XmlArguments(tool.input_schema if tool is not None else {})
         self._state = _State.INPUT if free_form else _State.ARGUMENTS
+        return True
+
+    def _read_block(self, tools: ToolFormat) -> bool:
+        """Between the calls of a block: the next call, or the block's end."""
+        rest = self._buffer.removeprefix(tools.separator).lstrip()
+        if rest.startswith(tools.call_begin):
+            self._buffer = rest
+            self._state = _State.HEADER
+            return True
+        if rest.startswith(tools.block_end):
+            self._buffer = rest[len(tools.block_end) :]
+            self._after_block = True
+            self._state = _State.TEXT
+            return True
+        if any(_may_begin(rest, marker) for marker in (tools.call_begin, tools.block_end)):
+            return False  # arriving
+        self._buffer = rest  # not the format (the grammar makes this impossible): text again
+        self._state = _State.TEXT
         return True
 
     def _read_arguments(self, events: list[Event]) -> bool:
@@ -221,7 +246,7 @@ class OutputParser:
 
     def _read_tail(self, tools: ToolFormat, events: list[Event]) -> bool:
         end = tools.tail
-        if len(self._buffer) < len(end) and end.startswith(self._buffer):
+        if len(self._buffer) < len(end) and _may_begin(self._buffer, end):
             return False
         if self._buffer.startswith(end):
             self._buffer = self._buffer[len(end) :]
@@ -232,7 +257,8 @@ class OutputParser:
         events.append(ToolCallEnd(self._calls))
         self._calls += 1
         self._after_block = True
-        self._state = _State.TEXT
+        in_block = self._format is not None and self._format.block_begin
+        self._state = _State.BLOCK if in_block else _State.TEXT
 
     def _text(self, text: str, events: list[Event]) -> None:
         if not text:
@@ -416,9 +442,23 @@ def _escaped(text: str) -> str:
     return _json_string(text)[1:-1]
 
 
+def _may_begin(text: str, marker: str) -> bool:
+    """All of `text` may be the start of `marker` (the empty text too)."""
+    return len(text) < len(marker) and _partial_suffix(text, marker) == len(text)
+
+
 def _partial_suffix(text: str, marker: str) -> int:
-    """The length of the longest end of `text` that begins `marker`."""
-    for size in range(min(len(text), len(marker) - 1), 0, -1):
-        if text.endswith(marker[:size]):
-            return size
+    """The length of the longest end of `text` that begins `marker`. Text ending in U+FFFD ends
+    in a character whose bytes are still arriving (a detokenizer writes that for the bytes so
+    far): it may begin the marker's next character where that is not ASCII (DeepSeek's
+    fullwidth bars)."""
+    known = text.rstrip("\ufffd")
+    arriving = len(text) - len(known)
+    for size in range(min(len(known), len(marker) - 1), -1, -1):
+        if arriving and not (size < len(marker) and not marker[size].isascii()):
+            continue
+        if size and known.endswith(marker[:size]):
+            return size + arriving
+        if not size and arriving:
+            return arriving
     return 0

@@ -66,10 +66,13 @@ class PromptRenderer:
         family_thinking = self.family.thinking
         if family_thinking is not None and family_thinking.switch:
             options[family_thinking.switch] = thinking is not None
-        if self.family.template_tools:
-            turns, tools = self._template_turns(request)
-            if tools:
-                options["tools"] = tools
+        if self.family.template_calls:
+            turns = self._template_turns(request)
+            listed = tuple(tool for tool in request.tools if not tool.deferred)
+            if listed and self.family.template_tools:
+                options["tools"] = [_template_tool(tool) for tool in listed]
+            elif listed and self.family.tools is not None:
+                _add_tools(turns, listed, self.family.tools)
         else:
             turns = self._turns(request)
         text = self._tokenizer.apply_chat_template(
@@ -90,12 +93,10 @@ class PromptRenderer:
             return None
         return self.family.thinking
 
-    def _template_turns(
-        self, request: GenerateRequest
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def _template_turns(self, request: GenerateRequest) -> list[dict[str, Any]]:
         """The conversation as chat templates read it (OpenAI's shape: `tool_calls` with their
-        arguments as objects, one role "tool" message per result, `reasoning_content`), and the
-        tools: the template renders them all in its own format."""
+        arguments, one role "tool" message per result, `reasoning_content`): the template renders
+        them in its own format."""
         tools = self.family.tools
         turns: list[dict[str, Any]] = []
         loaded = {tool.name: tool for tool in request.tools if tool.deferred}
@@ -115,13 +116,12 @@ class PromptRenderer:
             }
             calls = [part for part in message.parts if isinstance(part, ToolCall)]
             if calls and tools is not None:
-                turn["tool_calls"] = [_template_call(call) for call in calls]
+                turn["tool_calls"] = [_template_call(call, tools.arguments_text) for call in calls]
             reasoning = [part.text for part in message.parts if isinstance(part, Thinking)]
             if reasoning:
                 turn["reasoning_content"] = "".join(reasoning)
             turns.append(turn)
-        listed = [_template_tool(tool) for tool in request.tools if not tool.deferred]
-        return turns, listed
+        return turns
 
     def _turns(self, request: GenerateRequest) -> list[dict[str, Any]]:
         tools = self.family.tools
@@ -215,7 +215,7 @@ def _result_part(
 
 def _add_tools(turns: list[dict[str, Any]], tools: tuple[Tool, ...], form: ToolFormat) -> None:
     """The tools follow the system prompt (one is made when there is none)."""
-    lines = "\n".join(orjson.dumps(_tool_json(tool)).decode() for tool in tools)
+    lines = form.tool_separator.join(_tool_entry(tool, form.tool_entry) for tool in tools)
     block = form.system.replace("{tools}", lines)
     if any(tool.free_form for tool in tools):
         block += form.free_form_system
@@ -225,9 +225,24 @@ def _add_tools(turns: list[dict[str, Any]], tools: tuple[Tool, ...], form: ToolF
         turns.insert(0, {"role": "system", "content": block})
 
 
-def _template_call(call: ToolCall) -> dict[str, Any]:
+def _tool_entry(tool: Tool, entry: str) -> str:
+    if entry == "{json}":
+        return orjson.dumps(_tool_json(tool)).decode()
+    parameters = orjson.dumps(tool.input_schema).decode()
+    return (
+        entry.replace("{name}", tool.name)
+        .replace("{description}", tool.description or "")
+        .replace("{parameters}", parameters)
+    )
+
+
+def _template_call(call: ToolCall, as_text: bool = False) -> dict[str, Any]:
     """A call as templates read it: its arguments as an object (a free-form tool's input is its
-    one `input` parameter; arguments that are no JSON object, as a cut call's, go back empty)."""
+    one `input` parameter; arguments that are no JSON object, as a cut call's, go back empty),
+    or as JSON text for a template that takes them so."""
+    if as_text and not call.free_form:
+        function = {"name": call.name, "arguments": call.arguments}
+        return {"id": call.id, "type": "function", "function": function}
     if call.free_form:
         arguments: Any = {FREE_FORM_INPUT: call.arguments}
     else:

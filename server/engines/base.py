@@ -47,6 +47,9 @@ class EngineRequest:
     sampling: Sampling  # max_tokens resolved: never None here
     constraint: Constraint | None = None
     images: tuple[bytes, ...] = ()  # PNG, in prompt order (each where the prompt's placeholder is)
+    # The model's special tokens come back as text: its family writes its markup in them
+    # (Mistral's [TOOL_CALLS]); otherwise they are left out of the text.
+    special_tokens: bool = False
 
     def image_data(self) -> list[str] | None:
         """The images as SGLang's `image_data` takes them: data URLs."""

@@ -44,7 +44,29 @@ LLAMA3 = Family(
     bos="<|begin_of_text|>",
     eos="<|eot_id|>",
 )  # fmt: skip
-FAMILIES = {family.name: family for family in (QWEN3_5, QWEN3, LLAMA3)}
+DEEPSEEK_V31 = Family(
+    "deepseek_v31",
+    "LlamaForCausalLM",
+    "llama",
+    ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
+     "<｜tool▁call▁end｜>", "<｜tool▁sep｜>", "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>",
+     "<think>", "</think>"),
+    special=("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"),
+    bos="<｜begin▁of▁sentence｜>",
+    eos="<｜end▁of▁sentence｜>",
+)  # fmt: skip
+MISTRAL = Family(
+    "mistral",
+    "MistralForCausalLM",
+    "mistral",
+    (),
+    special=("<s>", "</s>", "[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]",
+             "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_CALLS]", "[ARGS]",
+             "[TOOL_RESULTS]", "[/TOOL_RESULTS]"),
+    bos="<s>",
+    eos="</s>",
+)  # fmt: skip
+FAMILIES = {family.name: family for family in (QWEN3_5, QWEN3, LLAMA3, DEEPSEEK_V31, MISTRAL)}
 
 
 def make(folder: Path, family: Family, embedded: Path, seed: int = 0) -> Path:

@@ -90,8 +90,10 @@ def test_a_template_whose_tool_format_is_unknown_stops_the_start() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "builtin"), [("qwen3_coder", "qwen_3_5"), ("hermes", "qwen_3"), ("llama3", "llama")]
-)
+    ("name", "builtin"),
+    [("qwen3_coder", "qwen_3_5"), ("hermes", "qwen_3"), ("llama3", "llama"),
+     ("deepseek_v31", "deepseek_v3_1")],
+)  # fmt: skip
 def test_each_format_is_xgrammars_own(name: str, builtin: str) -> None:
     """Our strings for a family's calls are those of xgrammar's structural tag for the format
     (the one SGLang's parser of that name uses): the tag of a forced call, its content's style,
@@ -101,8 +103,9 @@ def test_each_format_is_xgrammars_own(name: str, builtin: str) -> None:
     tool = {"type": "function", "function": {"name": "get_weather", "parameters": SCHEMA}}
     choice = {"type": "function", "function": {"name": "get_weather"}}
     form = get_model_structural_tag(builtin, [tool], choice, reasoning="disabled").format
-    assert form.begin == tools.call_begin + "get_weather" + tools.arguments_begin
-    assert form.end == tools.call_end
+    begin = tools.block_begin + tools.call_begin + "get_weather" + tools.arguments_begin
+    assert form.begin == begin
+    assert form.end == tools.call_end + tools.block_end
     assert form.content.style == tools.arguments
     auto = get_model_structural_tag(builtin, [tool], "auto", reasoning="disabled").format
     [trigger] = auto.triggers
@@ -319,3 +322,80 @@ def test_a_json_call_goes_back_as_the_model_writes_it(
     )
     assert tools.call("get_weather", json.dumps(arguments)) in prompt.text
     assert "sunny" in prompt.text
+
+
+@pytest.mark.parametrize("name", ["hermes", "llama3", "deepseek_v31", "chatml"])
+@pytest.mark.parametrize("size", [1, 4, 1000])
+def test_json_calls_read_back_in_each_format(name: str, size: int) -> None:
+    """Text, then the calls as the format writes them (in their block where it has one, as many
+    as it holds in a turn), whatever the pieces they arrive in."""
+    tools = family(name).tools
+    assert tools is not None
+    arguments = [{"city": "Paris", "days": 2}, {"city": 'Rio "de" Janeiro'}]
+    if not tools.parallel:
+        arguments = arguments[:1]
+    calls = tools.separator.join(tools.call("get_weather", json.dumps(a)) for a in arguments)
+    text = "Sure." + tools.block_begin + calls + tools.block_end
+    counter = itertools.count()
+    parser = OutputParser(tools, lambda: f"id{next(counter)}", declared=TOOLS)
+    events: list[Event] = []
+    for start in range(0, len(text), size):
+        events += parser.feed(text[start : start + size])
+    events += parser.finish()
+    assert [(n, json.loads(a), c) for n, a, c in calls_of(events)] == [
+        ("get_weather", a, True) for a in arguments
+    ]
+    assert "".join(e.text for e in events if hasattr(e, "text")) == "Sure."
+
+
+@pytest.mark.parametrize("name", ["qwen3_coder", "hermes", "llama3", "deepseek_v31", "mistral"])
+def test_sglangs_own_parser_reads_our_calls_the_same(name: str) -> None:
+    """The family's `tool_format` names SGLang's parser of that format: on the calls the
+    grammar makes the model write, it finds the calls our parser finds."""
+    from server.torch_compat import ensure_torchvision_loadable
+
+    ensure_torchvision_loadable()
+    from sglang.srt.entrypoints.openai.protocol import Function
+    from sglang.srt.entrypoints.openai.protocol import Tool as SGLangTool
+    from sglang.srt.function_call.function_call_parser import FunctionCallParser
+
+    found = family(name)
+    tools = found.tools
+    assert tools is not None and found.tool_format is not None
+    arguments = [{"city": "Paris", "days": 2}, {"city": "Rio", "unit": "celsius"}]
+    if not tools.parallel:
+        arguments = arguments[:1]
+    written = [
+        xml_arguments(a) if tools.arguments == "qwen_xml" else json.dumps(a) for a in arguments
+    ]
+    calls = tools.separator.join(tools.call("get_weather", w) for w in written)
+    # Llama's call is its turn's whole text: SGLang reads it only so.
+    before = "" if name == "llama3" else "Sure. "
+    text = before + tools.block_begin + calls + tools.block_end
+    counter = itertools.count()
+    parser = OutputParser(tools, lambda: f"id{next(counter)}", declared=TOOLS)
+    ours = [(n, json.loads(a)) for n, a, _ in calls_of(parser.feed(text) + parser.finish())]
+    detector = FunctionCallParser.ToolCallParserEnum[found.tool_format]()
+    declared = [
+        SGLangTool(type="function", function=Function(name=t.name, parameters=t.input_schema))
+        for t in TOOLS
+    ]
+    result = detector.detect_and_parse(text, declared)
+    theirs = [(call.name, json.loads(call.parameters)) for call in result.calls]
+    assert ours == theirs == [("get_weather", a) for a in arguments]
+
+
+@pytest.mark.parametrize("inside", ["block", "call"])
+def test_a_marker_cut_inside_a_character_is_never_text(inside: str) -> None:
+    """A detokenizer writes U+FFFD for a character whose bytes are still arriving: cut there,
+    inside DeepSeek's fullwidth markup, nothing of the markup is text."""
+    tools = family("deepseek_v31").tools
+    assert tools is not None
+    marker, before = tools.block_begin, ""
+    if inside == "call":
+        marker, before = tools.call_begin, tools.block_begin
+    cut = "Sure." + before + marker[: marker.index("▁")] + "\ufffd\ufffd"  # "▁": 3 bytes
+    parser = OutputParser(tools, lambda: "id", declared=TOOLS)
+    events = parser.feed(cut) + parser.finish(cut=True)
+    assert "".join(e.text for e in events if hasattr(e, "text")) == "Sure."
+    assert calls_of(events) == []

@@ -101,8 +101,12 @@ def logprob_options(sampling: Sampling) -> dict[str, Any]:
     }
 
 
-def to_sampling_params(sampling: Sampling, constraint: Constraint | None = None) -> dict[str, Any]:
+def to_sampling_params(
+    sampling: Sampling, constraint: Constraint | None = None, special_tokens: bool = False
+) -> dict[str, Any]:
     params: dict[str, Any] = {"max_new_tokens": sampling.max_tokens}
+    if special_tokens:
+        params["skip_special_tokens"] = False
     if sampling.temperature is not None:
         params["temperature"] = sampling.temperature
     if sampling.top_p == 0 or sampling.top_k == 1:

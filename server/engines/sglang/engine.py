@@ -193,7 +193,9 @@ class SGLangEngine:
         # What Engine.async_generate builds, with the fields it does not pass on (token texts).
         obj = GenerateReqInput(
             input_ids=request.prompt_ids,
-            sampling_params=to_sampling_params(request.sampling, request.constraint),
+            sampling_params=to_sampling_params(
+                request.sampling, request.constraint, request.special_tokens
+            ),
             image_data=request.image_data(),
             stream=True,
             rid=request.request_id,

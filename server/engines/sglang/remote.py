@@ -154,7 +154,9 @@ class SGLangRemoteEngine:
             constraint = self._ebnf.routable(constraint)
         body: dict[str, Any] = {
             "input_ids": request.prompt_ids,
-            "sampling_params": to_sampling_params(request.sampling, constraint),
+            "sampling_params": to_sampling_params(
+                request.sampling, constraint, request.special_tokens
+            ),
             "stream": True,
             "rid": request.request_id,
             **logprob_options(request.sampling),
