@@ -105,7 +105,8 @@ class PromptRenderer:
                 for part in message.parts:
                     if isinstance(part, ToolResult):
                         text = _result_text(part, self.family.image, loaded)
-                        content = "Error: " + text if part.is_error else text
+                        prefix = tools.error_prefix if tools is not None else ""
+                        content = prefix + text if part.is_error else text
                         turns.append(
                             {"role": "tool", "tool_call_id": part.tool_call_id, "content": content}
                         )

@@ -21,7 +21,12 @@ from server.config import default_cache_dir
 from server.models.embedded import ensure_converted
 from server.prompt import Tokenizer
 from server.tokenizer import load_tokenizer
+from tests.api import test_responses as responses_tests
 from tests.api import test_tools as tools_tests
+from tests.api.test_responses import (  # noqa: F401  (collected here, on each family's model)
+    test_a_required_tool_is_called_with_valid_arguments,
+    test_sdk_function_tool_round_trip,
+)
 from tests.api.test_responses_tools import (
     test_a_custom_call_streams_its_input,
     test_calls_and_their_outputs_go_back_as_input,
@@ -133,7 +138,8 @@ def room_for_the_markup(family: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """DeepSeek's markers are in fullwidth bars: the random model writes each byte by byte, in
     about 18 tokens where DeepSeek's own writes one, so its calls get room for that."""
     if family == "deepseek_v31":
-        monkeypatch.setattr(tools_tests, "MAX_TOKENS", 3 * tools_tests.MAX_TOKENS)
+        for module in (tools_tests, responses_tests):  # the latter's is the former's, imported
+            monkeypatch.setattr(module, "MAX_TOKENS", 3 * tools_tests.MAX_TOKENS)
 
 
 @pytest.fixture(scope="module")
