@@ -3,9 +3,11 @@ chosen from the model's own chat template: how tools reach the prompt, the tool-
 model writes (which the grammar enforces and the output parser reads), how results go back, how
 reasoning is switched. Adding a family is adding a file.
 
-Two kinds of family: one whose template presents tools itself (`template_tools`: the prompt is
-what the template renders from the tools, the calls and the results), and one for a template that
-knows no tools (ChatML's), where the node adds the tool instructions of the format it teaches."""
+Where the template presents the tools itself (`template_tools`), the prompt is what it renders
+from the tools, the calls and the results. Where it renders calls and results but not the tools
+(`template_calls`: DeepSeek V3.1's), the node presents them as the model's card documents. Where
+it knows no tools at all (ChatML's), the node adds the instructions of the format it teaches and
+writes calls and results in it."""
 
 from __future__ import annotations
 
@@ -104,6 +106,9 @@ class ModelFamily:
     thinking: ThinkingFormat | None = None  # None: the family has no reasoning phase
     image: str | None = None  # where an image stands in a prompt; None: no vision format
     special_tokens: bool = False  # its markup is in special tokens: they are output as text
+    # The markup a text (or JSON) answer opens with: Harmony's final channel. Where it is set,
+    # every answer is constrained: it opens so, or it is calls.
+    answer_begin: str = ""
     examples: tuple[str, ...] = field(default=())  # models that write this format
 
 
@@ -128,6 +133,7 @@ def _family(data: dict[str, Any]) -> ModelFamily:
         thinking=ThinkingFormat(**thinking) if thinking else None,
         image=data.get("image"),
         special_tokens=bool(data.get("special_tokens", False)),
+        answer_begin=data.get("answer_begin", ""),
         examples=tuple(data.get("examples", ())),
     )
 

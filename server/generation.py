@@ -237,7 +237,12 @@ class Generation:
         timing = record.timing
         record.prompt_tokens = prepared.prompt.num_tokens
         parser = OutputParser(
-            prepared.calls, tool_call_id, prepared.thinking, self.sign, prepared.request.tools
+            prepared.calls,
+            tool_call_id,
+            prepared.thinking,
+            self.sign,
+            prepared.request.tools,
+            self.renderer.family.answer_begin,
         )
         submitted = time.perf_counter()
         reasoning_tokens = 0  # the completion tokens once the reasoning ended

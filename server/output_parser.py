@@ -51,9 +51,15 @@ class OutputParser:
         thinking: ThinkingFormat | None = None,
         sign: Callable[[str], str] = lambda text: "",
         declared: Sequence[Tool] = (),
+        answer_begin: str = "",
     ) -> None:
-        """`declared`: the request's tools (which take free-form input, their schemas)."""
+        """`declared`: the request's tools (which take free-form input, their schemas);
+        `answer_begin`: the markup a text answer opens with (Harmony's final channel)."""
         self._format = tools
+        self._answer_begin = answer_begin
+        # Markup expected next, in order, each never text: after reasoning what separates it
+        # from the answer, then the answer's opening.
+        self._skips = [answer_begin] if answer_begin and not thinking else []
         self._declared = {tool.name: tool for tool in declared}
         self._new_id = new_id
         self._thinking = thinking
@@ -72,7 +78,12 @@ class OutputParser:
         return self._calls
 
     def feed(self, text: str) -> list[Event]:
-        if self._format is None and self._state == _State.TEXT and not self._after_block:
+        if (
+            self._format is None
+            and self._state == _State.TEXT
+            and not self._after_block
+            and not self._skips
+        ):
             return [TextDelta(text)] if text else []  # plain text: nothing to look for
         self._buffer += text
         events: list[Event] = []
@@ -86,6 +97,8 @@ class OutputParser:
         call trigger is text where the model ended it, and the start of a call where it was
         cut."""
         events: list[Event] = []
+        if self._skips and _may_begin(self._buffer, self._skips[0]):
+            self._buffer = ""  # markup begun, never text
         if self._state == _State.THINKING:
             self._think(self._buffer, events)
             events.append(ThinkingEnd(self._sign("".join(self._reasoning))))
@@ -111,6 +124,8 @@ class OutputParser:
         if self._state == _State.THINKING:
             assert self._thinking is not None
             return self._read_thinking(self._thinking, events)
+        if self._skips:
+            return self._read_skip()
         tools = self._format
         if self._state == _State.TEXT or tools is None:
             return self._read_text(tools, events)
@@ -135,7 +150,19 @@ class OutputParser:
         events.append(ThinkingEnd(self._sign("".join(self._reasoning))))
         self._buffer = self._buffer[end + len(thinking.close) :]
         self._after_block = True
+        self._skips = [m for m in (thinking.after.strip(), self._answer_begin) if m]
         self._state = _State.TEXT
+        return True
+
+    def _read_skip(self) -> bool:
+        """The markup expected next, dropped where it comes; where it does not, nothing."""
+        marker = self._skips[0]
+        rest = self._buffer.lstrip() if self._after_block else self._buffer
+        if rest.startswith(marker):
+            self._buffer = rest[len(marker) :]
+        elif _may_begin(rest, marker):
+            return False  # arriving
+        self._skips.pop(0)
         return True
 
     def _think(self, text: str, events: list[Event]) -> None:

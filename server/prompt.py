@@ -119,8 +119,8 @@ class PromptRenderer:
             if calls and tools is not None:
                 turn["tool_calls"] = [_template_call(call, tools.arguments_text) for call in calls]
             reasoning = [part.text for part in message.parts if isinstance(part, Thinking)]
-            if reasoning:
-                turn["reasoning_content"] = "".join(reasoning)
+            if reasoning:  # the key Qwen's and DeepSeek's templates read, and gpt-oss's
+                turn["reasoning_content"] = turn["thinking"] = "".join(reasoning)
             turns.append(turn)
         return turns
 

@@ -3,9 +3,10 @@ each other family: a tiny model made by tests/families/ (its architecture at a t
 weights, the family's chat template) served by the real engine, one family at a time. Each
 speaks its own format: Qwen3.5's XML calls, Qwen3's Hermes JSON, Llama 3's bare JSON one call a
 turn, DeepSeek V3.1's block of calls (its tools presented by the node), Mistral's calls in
-special tokens; reasoning has the template's own switch. Every guarantee the embedded model's tests
-check (calls valid against their schema under each tool_choice, a named choice one call, no call
-markup in text, streamed calls equal to whole ones, budgets enforced) must hold on each."""
+special tokens, gpt-oss's Harmony channels; reasoning has the template's own switch. Every
+guarantee the embedded model's tests check (calls valid against their schema under each
+tool_choice, a named choice one call, no call markup in text, streamed calls equal to whole
+ones, budgets enforced) must hold on each."""
 
 from __future__ import annotations
 
@@ -62,6 +63,7 @@ CARDS = {
     "llama3": ("llama3", "llama3", False),
     "deepseek_v31": ("deepseek_v31", "deepseekv31", True),
     "mistral": ("mistral", "mistral", False),
+    "gpt_oss": ("gpt_oss", "gpt-oss", True),
 }
 FREE_FORM = {"qwen3_5"}
 FREE_FORM_TESTS = {
@@ -92,27 +94,50 @@ class Node:
     folder: Path
 
 
-@pytest.fixture(scope="module")
-def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Node]]:
-    """A node on each family's tiny model, started together (their starts overlap: each is
-    mostly imports) and stopped at this module's end."""
-    embedded = ensure_converted(default_cache_dir())
-    nodes: dict[str, Node] = {}
-    for name in CARDS:
-        folder = make(tmp_path_factory.mktemp(name) / "model", FAMILIES[name], embedded)
-        args = ("--model", str(folder), "--served-model-name", served_name(name))
-        nodes[name] = Node(ServerProcess(folder.parent / "server.log", *args), folder)
-    try:
-        for node in nodes.values():
-            node.process.start()
-        for node in nodes.values():
-            node.process.wait_ready()
-        yield nodes
-    finally:
-        for node in nodes.values():
+class Nodes:
+    """A node on each family's tiny model, in CARDS' order: the next one starts while the tests
+    of the one before it run, and one is stopped once the tests of the next begin (two at most
+    at once: each is an engine, its processes and their memory)."""
+
+    def __init__(self, root: pytest.TempPathFactory) -> None:
+        self._root = root
+        self._embedded = ensure_converted(default_cache_dir())
+        self._running: dict[str, Node] = {}
+
+    def ready(self, family: str) -> Node:
+        order = list(CARDS)
+        for name in [name for name in self._running if order.index(name) < order.index(family)]:
+            self._running.pop(name).process.stop()
+        node = self._running.get(family) or self._start(family)
+        following = order[order.index(family) + 1 :]
+        if following and following[0] not in self._running:
+            self._start(following[0])
+        node.process.wait_ready()
+        return node
+
+    def _start(self, family: str) -> Node:
+        folder = make(self._root.mktemp(family) / "model", FAMILIES[family], self._embedded)
+        args = ("--model", str(folder), "--served-model-name", served_name(family))
+        node = self._running[family] = Node(
+            ServerProcess(folder.parent / "server.log", *args), folder
+        )
+        node.process.start()
+        return node
+
+    def close(self) -> None:
+        for node in self._running.values():
             node.process.terminate()
-        for node in nodes.values():
+        for node in self._running.values():
             node.process.stop()
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
+    started = Nodes(tmp_path_factory)
+    try:
+        yield started
+    finally:
+        started.close()
 
 
 @pytest.fixture(scope="module", params=list(CARDS))
@@ -143,13 +168,18 @@ def room_for_the_markup(family: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(nodes: dict[str, Node], family: str) -> ServerProcess:
-    return nodes[family].process
+def node(nodes: Nodes, family: str) -> Node:
+    return nodes.ready(family)
 
 
 @pytest.fixture(scope="module")
-def tokenizer(nodes: dict[str, Node], family: str) -> Tokenizer:
-    return load_tokenizer(str(nodes[family].folder))
+def server(node: Node) -> ServerProcess:
+    return node.process
+
+
+@pytest.fixture(scope="module")
+def tokenizer(node: Node) -> Tokenizer:
+    return load_tokenizer(str(node.folder))
 
 
 def served_name(family: str) -> str:

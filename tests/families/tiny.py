@@ -26,6 +26,7 @@ class Family:
     bos: str = "<|im_start|>"
     eos: str = "<|im_end|>"
     qk_norm: bool = False  # Qwen3's norms on queries and keys
+    stops: tuple[str, ...] = ()  # tokens that end a turn beside eos (Harmony's <|call|>)
 
 
 QWEN_TOKENS = (
@@ -66,7 +67,20 @@ MISTRAL = Family(
     bos="<s>",
     eos="</s>",
 )  # fmt: skip
-FAMILIES = {family.name: family for family in (QWEN3_5, QWEN3, LLAMA3, DEEPSEEK_V31, MISTRAL)}
+GPT_OSS = Family(
+    "gpt_oss",
+    "LlamaForCausalLM",
+    "llama",
+    (),
+    special=("<|startoftext|>", "<|endoftext|>", "<|start|>", "<|end|>", "<|message|>",
+             "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>"),
+    bos="<|startoftext|>",
+    eos="<|return|>",
+    stops=("<|call|>",),
+)  # fmt: skip
+FAMILIES = {
+    family.name: family for family in (QWEN3_5, QWEN3, LLAMA3, DEEPSEEK_V31, MISTRAL, GPT_OSS)
+}
 
 
 def make(folder: Path, family: Family, embedded: Path, seed: int = 0) -> Path:
@@ -85,6 +99,9 @@ def make(folder: Path, family: Family, embedded: Path, seed: int = 0) -> Path:
     eos = tokenizer.token_to_id(family.eos)
     bos = tokenizer.token_to_id(family.bos)
     (folder / "config.json").write_text(json.dumps(_config(family, vocab, bos, eos), indent=2))
+    stops = [eos, *(tokenizer.token_to_id(token) for token in family.stops)]
+    generation = {"bos_token_id": bos, "eos_token_id": stops if family.stops else eos}
+    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2))
     weights = _weights(vocab, family.qk_norm, seed)
     save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
     return folder

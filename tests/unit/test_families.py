@@ -324,7 +324,7 @@ def test_a_json_call_goes_back_as_the_model_writes_it(
     assert "sunny" in prompt.text
 
 
-@pytest.mark.parametrize("name", ["hermes", "llama3", "deepseek_v31", "chatml"])
+@pytest.mark.parametrize("name", ["hermes", "llama3", "deepseek_v31", "chatml", "gpt_oss"])
 @pytest.mark.parametrize("size", [1, 4, 1000])
 def test_json_calls_read_back_in_each_format(name: str, size: int) -> None:
     """Text, then the calls as the format writes them (in their block where it has one, as many
@@ -348,7 +348,9 @@ def test_json_calls_read_back_in_each_format(name: str, size: int) -> None:
     assert "".join(e.text for e in events if hasattr(e, "text")) == "Sure."
 
 
-@pytest.mark.parametrize("name", ["qwen3_coder", "hermes", "llama3", "deepseek_v31", "mistral"])
+@pytest.mark.parametrize(
+    "name", ["qwen3_coder", "hermes", "llama3", "deepseek_v31", "mistral", "gpt_oss"]
+)
 def test_sglangs_own_parser_reads_our_calls_the_same(name: str) -> None:
     """The family's `tool_format` names SGLang's parser of that format: on the calls the
     grammar makes the model write, it finds the calls our parser finds."""
@@ -369,8 +371,8 @@ def test_sglangs_own_parser_reads_our_calls_the_same(name: str) -> None:
         xml_arguments(a) if tools.arguments == "qwen_xml" else json.dumps(a) for a in arguments
     ]
     calls = tools.separator.join(tools.call("get_weather", w) for w in written)
-    # Llama's call is its turn's whole text: SGLang reads it only so.
-    before = "" if name == "llama3" else "Sure. "
+    # Llama's call is its turn's whole text, and Harmony's its message: SGLang reads them so.
+    before = "" if name in ("llama3", "gpt_oss") else "Sure. "
     text = before + tools.block_begin + calls + tools.block_end
     counter = itertools.count()
     parser = OutputParser(tools, lambda: f"id{next(counter)}", declared=TOOLS)
@@ -380,7 +382,9 @@ def test_sglangs_own_parser_reads_our_calls_the_same(name: str) -> None:
         SGLangTool(type="function", function=Function(name=t.name, parameters=t.input_schema))
         for t in TOOLS
     ]
-    result = detector.detect_and_parse(text, declared)
+    # SGLang's gpt-oss parser reads a call from its message's start, which ends our prompt.
+    opened = "<|start|>assistant" if name == "gpt_oss" else ""
+    result = detector.detect_and_parse(opened + text, declared)
     theirs = [(call.name, json.loads(call.parameters)) for call in result.calls]
     assert ours == theirs == [("get_weather", a) for a in arguments]
 
@@ -399,3 +403,35 @@ def test_a_marker_cut_inside_a_character_is_never_text(inside: str) -> None:
     events = parser.feed(cut) + parser.finish(cut=True)
     assert "".join(e.text for e in events if hasattr(e, "text")) == "Sure."
     assert calls_of(events) == []
+
+
+@pytest.mark.parametrize("size", [1, 5, 1000])
+def test_harmony_channels_read_as_reasoning_text_and_calls(size: int) -> None:
+    """gpt-oss's answer: the analysis message is reasoning, the final one text, a commentary
+    message to a function a call; the channels' markup is never text."""
+    found = family("gpt_oss")
+    tools, thinking = found.tools, found.thinking
+    assert tools is not None and thinking is not None
+
+    def read(text: str, reasons: bool) -> list[Event]:
+        parser = OutputParser(tools, lambda: "id", thinking if reasons else None, declared=TOOLS,
+                              answer_begin=found.answer_begin)  # fmt: skip
+        events: list[Event] = []
+        for start in range(0, len(text), size):
+            events += parser.feed(text[start : start + size])
+        return events + parser.finish()
+
+    def texts(events: list[Event], kind: type) -> str:
+        return "".join(e.text for e in events if isinstance(e, kind))
+
+    from server.canonical import TextDelta, ThinkingDelta
+
+    final = found.answer_begin + "Sunny."
+    events = read(final, reasons=False)
+    assert texts(events, TextDelta) == "Sunny." and calls_of(events) == []
+    events = read("Look it up." + thinking.close + thinking.after + final, reasons=True)
+    assert (texts(events, ThinkingDelta), texts(events, TextDelta)) == ("Look it up.", "Sunny.")
+    call = tools.call("get_weather", '{"city": "Oslo"}')
+    events = read("Look it up." + thinking.close + thinking.after + call, reasons=True)
+    assert texts(events, TextDelta) == ""
+    assert calls_of(events) == [("get_weather", '{"city": "Oslo"}', True)]
