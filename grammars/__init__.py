@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -109,7 +109,6 @@ class ModelFamily:
     # The markup a text (or JSON) answer opens with: Harmony's final channel. Where it is set,
     # every answer is constrained: it opens so, or it is calls.
     answer_begin: str = ""
-    examples: tuple[str, ...] = field(default=())  # models that write this format
 
 
 # A chat template no file matches, that reads no tools: chat only, nothing assumed.
@@ -134,7 +133,6 @@ def _family(data: dict[str, Any]) -> ModelFamily:
         image=data.get("image"),
         special_tokens=bool(data.get("special_tokens", False)),
         answer_begin=data.get("answer_begin", ""),
-        examples=tuple(data.get("examples", ())),
     )
 
 

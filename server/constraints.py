@@ -72,10 +72,6 @@ def _answer(request: GenerateRequest, family: ModelFamily) -> Format | None:
     if family.answer_begin:  # every answer opens so, or is calls
         opened = {"type": "const_string", "value": family.answer_begin}
         answer = {"type": "sequence", "elements": [opened, answer or ANY_TEXT]}
-        if calls is not None and request.tool_choice.kind is ToolChoiceKind.AUTO:
-            assert tools is not None
-            return {"type": "or", "elements": [_calls_only(request, tools), answer]}
-        return calls or answer
     if calls is None:
         return answer
     if answer is not None and request.tool_choice.kind is ToolChoiceKind.AUTO:
