@@ -6,10 +6,14 @@ turn, DeepSeek V3.1's block of calls (its tools presented by the node), Mistral'
 special tokens, gpt-oss's Harmony channels; reasoning has the template's own switch. Every
 guarantee the embedded model's tests check (calls valid against their schema under each
 tool_choice, a named choice one call, no call markup in text, streamed calls equal to whole
-ones, budgets enforced) must hold on each."""
+ones, budgets enforced) must hold on each. Qwen3.5's model has its own hybrid architecture: its
+prefix cache, abandoned streams and images are checked on it too."""
 
 from __future__ import annotations
 
+import base64
+import io
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +25,6 @@ import pytest
 from server.config import default_cache_dir
 from server.models.embedded import ensure_converted
 from server.prompt import Tokenizer
-from server.tokenizer import load_tokenizer
 from tests.api import test_responses as responses_tests
 from tests.api import test_tools as tools_tests
 from tests.api.test_responses import (  # noqa: F401  (collected here, on each family's model)
@@ -34,6 +37,7 @@ from tests.api.test_responses_tools import (
     test_every_sampled_input_holds_to_the_grammar,
 )
 from tests.api.test_thinking import (
+    MINIMAL_BUDGET,
     test_chat_enable_thinking_fills_reasoning_content,
     test_disabled_means_no_reasoning_phase,
     test_the_budget_caps_the_reasoning_and_a_forced_call_or_a_json_answer_follows,
@@ -85,6 +89,16 @@ CONSTRAINT_TESTS = {
     test_anthropic_one_call_when_parallel_calls_are_off.__name__,
     test_openai_one_call_when_parallel_calls_are_off.__name__,
     test_a_named_choice_is_that_call_once_with_parallel_calls_on.__name__,
+}
+BUDGET_TEST = test_the_budget_caps_the_reasoning_and_a_forced_call_or_a_json_answer_follows.__name__
+# Qwen3.5's own architecture: Gated DeltaNet layers, whose cache is a recurrent state per prefix,
+# and a vision encoder.
+HYBRID = {"qwen3_5"}
+HYBRID_TESTS = {
+    "test_a_tool_loop_prefills_only_what_each_turn_adds",
+    "test_abandoned_streams_leave_the_states_to_the_next",
+    "test_an_image_stands_as_the_familys_vision_tokens",
+    "test_the_reasoning_budget_in_tokens",
 }
 
 
@@ -156,6 +170,14 @@ def where_the_family_has_it(request: pytest.FixtureRequest, family: str) -> None
         pytest.skip(f"{family} has no free-form call: test_custom_tools_are_refused_without_one")
     if name in CONSTRAINT_TESTS and family not in EVERY_CONSTRAINT:
         pytest.skip(f"{family}: the format-independent constraints run on qwen3_5")
+    if name in HYBRID_TESTS and family not in HYBRID:
+        pytest.skip(f"{family} is not a hybrid (Gated DeltaNet) architecture")
+    if name == BUDGET_TEST and family in HYBRID:
+        pytest.skip(
+            f"{family}: counted by re-encoding its text, a random model's reasoning can come to "
+            "more tokens than it was generated in; test_the_reasoning_budget_in_tokens counts "
+            "the node's own"
+        )
 
 
 @pytest.fixture(autouse=True)
@@ -179,7 +201,13 @@ def server(node: Node) -> ServerProcess:
 
 @pytest.fixture(scope="module")
 def tokenizer(node: Node) -> Tokenizer:
-    return load_tokenizer(str(node.folder))
+    """What counts the reasoning's tokens (test_thinking re-encodes its text): the vocabulary's
+    own rules, its tokenizer.json. The tiny models' vocabulary is SmolLM2's; for Qwen3.5,
+    transformers imposes Qwen's pre-tokenizer, which splits SmolLM2's multi-digit tokens, so the
+    text of 256 random tokens can re-encode to more."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(tokenizer_file=str(node.folder / "tokenizer.json"))
 
 
 def served_name(family: str) -> str:
@@ -234,3 +262,106 @@ def test_custom_tools_are_refused_without_one(
             model=model, input="Note it.", tools=[custom], max_output_tokens=16
         )
     assert "no call of free-form input" in str(raised.value)
+
+
+CITY_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+AGENT_SYSTEM = "You are a coding agent. Use the tools you are given. " * 20
+
+
+def test_a_tool_loop_prefills_only_what_each_turn_adds(http: httpx.Client, model: str) -> None:
+    """An agent's turn is the previous turn's prompt and call plus the call's result: the
+    recurrent states at the end of each prompt are cached, so each turn prefills only what it
+    adds (the prefix reuse of a hybrid model, whose cache holds states at prefix ends only)."""
+    messages: list[dict[str, object]] = [
+        {"role": "system", "content": AGENT_SYSTEM},
+        {"role": "user", "content": "What is the weather in Paris?"},
+    ]
+    previous = 0
+    for _ in range(3):
+        body = {
+            "model": model, "messages": messages, "tools": [CITY_TOOL],
+            "tool_choice": "required", "max_tokens": 48, "temperature": 0,
+        }  # fmt: skip
+        response = http.post("/v1/infer/chat/completions", json=body)
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        usage = answer["usage"]
+        assert usage["prompt_tokens_details"]["cached_tokens"] >= previous
+        previous = usage["prompt_tokens"]
+        message = answer["choices"][0]["message"]
+        [call] = message["tool_calls"]
+        assert json.loads(call["function"]["arguments"])["city"] in ("Paris", "Oslo")
+        messages += [message, {"role": "tool", "tool_call_id": call["id"], "content": "Sunny"}]
+    assert previous > 3 * len(AGENT_SYSTEM) // 16  # the system turn is a large part of each
+
+
+def test_abandoned_streams_leave_the_states_to_the_next(http: httpx.Client, model: str) -> None:
+    """Streams closed mid-answer give their recurrent states back: the prompt they shared is
+    still cached, and the next request runs to its end."""
+    body = {
+        "model": model, "max_tokens": 400, "stream": True,
+        "messages": [{"role": "system", "content": AGENT_SYSTEM},
+                     {"role": "user", "content": "Write a long story."}],
+    }  # fmt: skip
+    for _ in range(3):
+        with http.stream("POST", "/v1/infer/chat/completions", json=body) as response:
+            assert response.status_code == 200
+            lines = response.iter_lines()
+            assert any(line.startswith("data: {") for line in lines)
+    follow_up = dict(body, stream=False, max_tokens=8)
+    follow_up["messages"] = [*body["messages"], {"role": "assistant", "content": "Once"},
+                             {"role": "user", "content": "Go on."}]  # fmt: skip
+    response = http.post("/v1/infer/chat/completions", json=follow_up)
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_an_image_stands_as_the_familys_vision_tokens(http: httpx.Client, model: str) -> None:
+    """The template's <|vision_start|><|image_pad|><|vision_end|>, the pad expanded by the
+    runtime into the image's tokens (a 64x64 image: 16-pixel patches merged 2x2, 4 tokens), which
+    the vision encoder fills."""
+    question = {"type": "text", "text": "What colour is this?"}
+    image = {"type": "image_url", "image_url": {"url": _png_data_url(64, 64)}}
+
+    def prompt_tokens(content: list[dict[str, object]]) -> int:
+        body = {"model": model, "max_tokens": 4, "temperature": 0,
+                "messages": [{"role": "user", "content": content}]}  # fmt: skip
+        response = http.post("/v1/infer/chat/completions", json=body)
+        assert response.status_code == 200, response.text
+        return int(response.json()["usage"]["prompt_tokens"])
+
+    # and the newline the node puts between a turn's parts
+    assert prompt_tokens([question, image]) == prompt_tokens([question]) + 1 + 2 + 4
+
+
+def test_the_reasoning_budget_in_tokens(http: httpx.Client, model: str) -> None:
+    """The grammar closes the reasoning when its budget is spent: the node's own count of the
+    reasoning's tokens is the budget's at most, and Qwen's </think> (one token)."""
+    body = {
+        "model": model, "input": "Is 391 prime?", "max_output_tokens": MINIMAL_BUDGET + 64,
+        "temperature": 0, "reasoning": {"effort": "minimal"},
+    }  # fmt: skip
+    response = http.post("/v1/infer/responses", json=body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert [item["type"] for item in answer["output"]] == ["reasoning", "message"]
+    assert 0 < answer["usage"]["output_tokens_details"]["reasoning_tokens"] <= MINIMAL_BUDGET + 1
+
+
+def _png_data_url(width: int, height: int) -> str:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), "red").save(buffer, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()

@@ -1,6 +1,8 @@
 """A tiny model folder of a family: config.json, random bf16 weights in model.safetensors, the
 tokenizer and the family's chat template. Nothing it says is meaningful; what the node guarantees
-(the format, the constraints) holds whatever the weights."""
+(the format, the constraints) holds whatever the weights. Qwen3.5's is its own hybrid architecture
+(Gated DeltaNet layers, one gated-attention layer in four, a vision encoder), made and saved by
+transformers' own classes, so that its checkpoint is laid out as Qwen's are."""
 
 from __future__ import annotations
 
@@ -28,12 +30,16 @@ class Family:
     qk_norm: bool = False  # Qwen3's norms on queries and keys
     stops: tuple[str, ...] = ()  # tokens that end a turn beside eos (Harmony's <|call|>)
 
+    @property
+    def hybrid(self) -> bool:
+        return self.architecture == "Qwen3_5ForConditionalGeneration"
+
 
 QWEN_TOKENS = (
     "<tool_call>", "</tool_call>", "<think>", "</think>", "<tool_response>", "</tool_response>",
-    "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+    "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>",
 )  # fmt: skip
-QWEN3_5 = Family("qwen3_5", "Qwen3ForCausalLM", "qwen3", QWEN_TOKENS, qk_norm=True)
+QWEN3_5 = Family("qwen3_5", "Qwen3_5ForConditionalGeneration", "qwen3_5", QWEN_TOKENS)
 QWEN3 = Family("qwen3", "Qwen3ForCausalLM", "qwen3", QWEN_TOKENS, qk_norm=True)
 LLAMA3 = Family(
     "llama3",
@@ -98,6 +104,9 @@ def make(folder: Path, family: Family, embedded: Path, seed: int = 0) -> Path:
     vocab = tokenizer.get_vocab_size(with_added_tokens=True)
     eos = tokenizer.token_to_id(family.eos)
     bos = tokenizer.token_to_id(family.bos)
+    if family.hybrid:
+        _qwen3_5(folder, tokenizer, vocab, eos, seed)
+        return folder
     (folder / "config.json").write_text(json.dumps(_config(family, vocab, bos, eos), indent=2))
     stops = [eos, *(tokenizer.token_to_id(token) for token in family.stops)]
     generation = {"bos_token_id": bos, "eos_token_id": stops if family.stops else eos}
@@ -157,3 +166,84 @@ def _weights(vocab: int, qk_norm: bool, seed: int) -> dict[str, torch.Tensor]:
             weights[prefix + "self_attn.q_norm.weight"] = ones(HEAD_DIM)
             weights[prefix + "self_attn.k_norm.weight"] = ones(HEAD_DIM)
     return weights
+
+
+# Qwen3.5 at a toy size: the 9B's proportions (3 Gated DeltaNet layers to 1 attention layer, twice
+# as many value heads as key heads, a quarter of each head rotated, the output gate), 64 wide.
+QWEN3_5_TEXT = {
+    "hidden_size": HIDDEN,
+    "intermediate_size": FFN,
+    "num_hidden_layers": 4,
+    "full_attention_interval": 4,
+    "num_attention_heads": HEADS,
+    "num_key_value_heads": KV_HEADS,
+    "head_dim": 64,
+    "attn_output_gate": True,
+    "partial_rotary_factor": 0.25,
+    "linear_conv_kernel_dim": 4,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 32,
+    "linear_value_head_dim": 32,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-6,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0,
+                        "partial_rotary_factor": 0.25, "mrope_section": [3, 3, 2],
+                        "mrope_interleaved": True},
+}  # fmt: skip
+# Its vision encoder: one block, 16-pixel patches merged 2x2 into a token of the text's width.
+QWEN3_5_VISION = {
+    "depth": 1,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_heads": 2,
+    "patch_size": 16,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "out_hidden_size": HIDDEN,
+    "num_position_embeddings": 64,
+    "deepstack_visual_indexes": [],
+}
+QWEN3_5_PIXELS = {
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+    "processor_class": "Qwen3VLProcessor",
+}
+
+
+def _qwen3_5(folder: Path, tokenizer: Tokenizer, vocab: int, eos: int, seed: int) -> None:
+    """config.json and model.safetensors as transformers saves a Qwen3.5 model it made, plus
+    what its checkpoints carry beside: the layer pattern as `full_attention_interval` (which
+    SGLang reads), the image and video processors' settings."""
+    from server.torch_compat import ensure_torchvision_loadable
+
+    ensure_torchvision_loadable()  # transformers' vision models import torchvision
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    vision_tokens = {
+        f"{kind}_token_id": tokenizer.token_to_id(token)
+        for kind, token in (("image", "<|image_pad|>"), ("video", "<|video_pad|>"),
+                            ("vision_start", "<|vision_start|>"),
+                            ("vision_end", "<|vision_end|>"))
+    }  # fmt: skip
+    text = QWEN3_5_TEXT | {"vocab_size": vocab, "eos_token_id": eos, "tie_word_embeddings": False}
+    config = Qwen3_5Config(
+        text_config=text, vision_config=QWEN3_5_VISION, tie_word_embeddings=False, **vision_tokens
+    )
+    torch.manual_seed(seed)
+    Qwen3_5ForConditionalGeneration(config).to(torch.bfloat16).save_pretrained(folder)
+    saved = json.loads((folder / "config.json").read_text())
+    saved["text_config"]["full_attention_interval"] = QWEN3_5_TEXT["full_attention_interval"]
+    (folder / "config.json").write_text(json.dumps(saved, indent=2))
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": eos}, indent=2))
+    pixels = {"size": {"shortest_edge": 1024, "longest_edge": 1048576}} | QWEN3_5_PIXELS
+    (folder / "preprocessor_config.json").write_text(
+        json.dumps({"image_processor_type": "Qwen2VLImageProcessorFast"} | pixels, indent=2)
+    )
+    frames = {"size": {"shortest_edge": 4096, "longest_edge": 25165824}} | QWEN3_5_PIXELS
+    (folder / "video_preprocessor_config.json").write_text(
+        json.dumps({"video_processor_type": "Qwen3VLVideoProcessor"} | frames, indent=2)
+    )

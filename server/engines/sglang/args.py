@@ -13,6 +13,10 @@ from server.models.source import ModelSource
 
 # On a CPU SGLang sizes its KV cache from free RAM; bound it (tokens, all requests together).
 CPU_MAX_TOTAL_TOKENS = 65536
+# A hybrid model's (Qwen3.5's) recurrent states, one per running request and one per cached prefix
+# end: on a CPU SGLang would size them from free RAM too (over 100,000 of them). Each is the whole
+# state of every Gated DeltaNet layer (about 50 MB for Qwen3.5-9B); models without any ignore it.
+CPU_MAX_MAMBA_STATES = 64
 # SGLang documents top_p as (0, 1]; 0 keeps only the most probable token, and so does this.
 TOP_P_FLOOR = 1e-9
 GREEDY = 0.0
@@ -66,6 +70,7 @@ def server_args(settings: Settings, source: ModelSource) -> dict[str, Any]:
             # (cpu/attention.py): as many bytes as a bf16 cache of twice the tokens.
             args["dtype"] = "float32"
             args.setdefault("max_total_tokens", CPU_MAX_TOTAL_TOKENS // 2)
+        args["max_mamba_cache_size"] = CPU_MAX_MAMBA_STATES
         # One long prompt must not hold the CPU: it prefills in chunks sized in time
         # (cpu/chunking.py), the running streams decode within each chunk's forward, and a
         # short prompt that arrives is prefilled beside the next chunk rather than after the

@@ -5,7 +5,8 @@ transformers' generic class is loaded once rather than three times (`tokenizer_l
 it makes SGLang's deterministic inference, which seeded sampling rests on, available there: the CPU
 attention backends join SGLang's deterministic lists (they compute each request alone, so the radix
 cache stays on), SGLang's batch-invariant kernels, Triton and GPU-only, are not installed, and its
-seeded sampler and repetition penalty run eagerly. On a CPU without AMX it also installs the faster
+seeded sampler and repetition penalty run eagerly, and a hybrid model's prefix cache takes the
+strategy a CPU has (`no_buffer`). On a CPU without AMX it also installs the faster
 plain-torch model path of `cpu/`. In every process it keeps SGLang's list of model modules that do
 not import on this machine (a dozen lines at each start, none about the model served) at debug
 level. In the processes SGLang spawns it leaves SIGINT to the process that started them.
@@ -33,6 +34,7 @@ EAGER_ON_CPU = (
     "sglang.srt.layers.sampler.multinomial_with_seed",
     "sglang.srt.sampling.penaltylib.repetition_penalty.apply_scaling_penalties",
 )
+EXTRA_BUFFER_SUPPORT = "sglang.srt.arg_groups.overrides.supports_mamba_cache_extra_buffer"
 MODEL_REGISTRY_LOGGER = "sglang.srt.models.registry"
 
 
@@ -48,6 +50,7 @@ def register() -> None:
     if os.environ.get("SGLANG_USE_CPU_ENGINE") != "1":
         return
     _deterministic_inference_on_cpu()
+    _mamba_cache_without_snapshots()
     import torch
 
     if torch.cpu._is_amx_tile_supported():
@@ -100,6 +103,21 @@ def _deterministic_inference_on_cpu() -> None:
         eager = getattr(compiled, "_torchdynamo_orig_callable", None)
         if eager is not None:
             HookRegistry.register(target, eager, HookType.REPLACE)
+
+
+def _mamba_cache_without_snapshots() -> None:
+    """A hybrid model's prefix cache (Qwen3.5's Gated DeltaNet states) on a CPU: SGLang's
+    `auto` strategy picks `extra_buffer`, whose state snapshots it then refuses on any platform
+    but a GPU's, so the start fails. Refused here as well, `auto` resolves to `no_buffer` (the
+    states of cached prefixes kept in the radix tree, overlap scheduling off)."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(EXTRA_BUFFER_SUPPORT, _no_extra_buffer, HookType.REPLACE)
+
+
+def _no_extra_buffer(view: object, hf_config: object) -> bool:
+    del view, hf_config
+    return False
 
 
 def _no_batch_invariant_mode(self: object) -> None:

@@ -1,16 +1,16 @@
 """SGLang on CPUs without AMX (SGLang's own CPU kernels are AMX-only): attention that computes
 only what a step needs (`attention.py`), matrix products in the form each row count runs fastest
-in (`linear.py`), prefill chunks sized in time (`chunking.py`), and a Llama decode step without
-SGLang's per-layer scaffolding (`decode.py`). Installed by the
-plugin, in every SGLang process; each kernel replacement gives SGLang's own results (unit tests
-compare)."""
+in (`linear.py`), prefill chunks sized in time (`chunking.py`), a Llama decode step without
+SGLang's per-layer scaffolding (`decode.py`), and the gated RMSNorm of Gated DeltaNet layers,
+Triton's elsewhere (`gated_norm.py`). Installed by the plugin, in every SGLang process; each
+kernel replacement gives SGLang's own results (unit tests compare)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from server.engines.sglang.cpu import attention, chunking, decode, linear
+from server.engines.sglang.cpu import attention, chunking, decode, gated_norm, linear
 
 
 def install() -> None:
@@ -26,6 +26,7 @@ def install() -> None:
         chunking.SIZER: chunking.clocked_chunks,
         chunking.RUN_BATCH: chunking.timed_forwards,
         decode.MODEL_FORWARD: decode.lean_forward,
+        gated_norm.FORWARD: gated_norm.plain_forward,
     }
     for target, replacement in replacements.items():
         HookRegistry.register(target, replacement(_resolve(target)), HookType.REPLACE)

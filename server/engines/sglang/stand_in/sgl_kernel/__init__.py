@@ -5,6 +5,19 @@ their plain-torch paths, and of these names only `assign_req_to_token_pool_cpu` 
 is implemented here in torch, as is the op seeded sampling calls,
 `torch.ops.sgl_kernel.murmur_hash32_cpu`. The others exist so the imports succeed and fail
 loudly if reached.
+
+Qwen3.5 (`Qwen3_5ForConditionalGeneration`) calls SGLang's CPU kernels even without AMX; those
+are implemented here in torch, with the schemas of SGLang's CPU build, and registered as
+`torch.ops.sgl_kernel.*` when this package is imported (SGLang binds them at import):
+- `activation`: `fused_sigmoid_mul_cpu`, the output gate of its gated attention;
+- `norm`: `fused_qk_gemma_rmsnorm_cpu`, `fused_qk_gemma_rmsnorm_with_gate_cpu` (its per-head q/k
+  norms) and `fused_rmsnorm_gated_cpu` (the GDN layers' gated norm, called by SGLang on AMX only);
+- `gated_delta`: its Gated DeltaNet layers' `fused_qkvzba_split_reshape_cat_contiguous_cpu`,
+  `fused_gdn_gating_cpu`, `fused_sigmoid_gating_delta_rule_update_cpu` (decode) and
+  `chunk_gated_delta_rule_cpu` (prefill);
+- `conv`: `causal_conv1d_fwd_cpu` and `causal_conv1d_update_cpu`, their short convolution;
+- `mamba`: `sgl_kernel.mamba`, the Python entry points SGLang's GDN backend imports over them.
+
 This module must not define `torch.ops.sgl_kernel.convert_weight_packed`: SGLang reads that op as
 "the AMX backend is available".
 """
@@ -14,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+
+from . import activation, conv, gated_delta, mamba, norm  # noqa: F401  (register their ops)
 
 
 def assign_req_to_token_pool_cpu(
