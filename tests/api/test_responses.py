@@ -45,6 +45,8 @@ DONE_SOON = {
     }
 }
 
+ANSWER_TOKENS = 16  # an answer after the call: some text, whatever the model says
+
 
 class City(pydantic.BaseModel):
     name: str = pydantic.Field(max_length=40)
@@ -273,8 +275,9 @@ def test_sdk_function_tool_round_trip(openai_client: openai.OpenAI, model: str) 
         {"type": "function_call_output", "call_id": call.call_id, "output": "Sunny, 21 C"},
     ]
     second = openai_client.responses.create(
-        model=model, input=history, tools=tools, tool_choice="none", max_output_tokens=16
-    )
+        model=model, input=history, tools=tools, tool_choice="none",
+        max_output_tokens=ANSWER_TOKENS,
+    )  # fmt: skip
     assert second.status in ("completed", "incomplete")
     assert [item.type for item in second.output] == ["message"]
     assert second.usage is not None
