@@ -85,7 +85,7 @@ lint: install
 # order).
 test:
 	@$(MAKE) --no-print-directory --jobs=3 lint $(CLIENTS) $(AGENTS_SDK)
-	$(BIN)/python -m pytest -n 2 --dist loadgroup $(ARGS)
+	$(BIN)/python -m pytest $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(NODE)/node_modules $(LLAMACPP)/node_modules $(AGENTS_VENV) .pytest_cache \

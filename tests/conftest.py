@@ -68,19 +68,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if not redundant(item)]
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(worker_group(item)))
-
-
-# `make test` runs the suite in two pytest-xdist workers, a group each (`--dist loadgroup`): the
-# tests of the session's servers on the embedded model (each server started once, in one worker),
-# and beside them those that start none of those: the unit tests and the family models' nodes.
-OWN_SERVERS = ("tests/unit/", "tests/api/test_family_formats.py")
-
-
-def worker_group(item: pytest.Item) -> str:
-    path = item.nodeid.split("::", 1)[0]
-    return "own-servers" if path.startswith(OWN_SERVERS) else "session-servers"
 
 
 @pytest.fixture(scope="session", params=ENGINES)
