@@ -110,6 +110,9 @@ HYBRID_TESTS = {
 }
 
 
+AHEAD = 2  # nodes started before their tests: a start (~25 s) outlasts a family's tests
+
+
 @dataclass(frozen=True)
 class Node:
     process: ServerProcess
@@ -117,9 +120,9 @@ class Node:
 
 
 class Nodes:
-    """A node on each family's tiny model, in CARDS' order: the next one starts while the tests
-    of the one before it run, and one is stopped once the tests of the next begin (two at most
-    at once: each is an engine, its processes and their memory)."""
+    """A node on each family's tiny model, in CARDS' order: the next ones start while the tests
+    of the one before them run, and one is stopped once the tests of the next begin (AHEAD + 1
+    at most at once: each is an engine, its processes and their memory, about 2.2 GB)."""
 
     def __init__(self, root: pytest.TempPathFactory) -> None:
         self._root = root
@@ -131,9 +134,9 @@ class Nodes:
         for name in [name for name in self._running if order.index(name) < order.index(family)]:
             self._running.pop(name).process.stop()
         node = self._running.get(family) or self._start(family)
-        following = order[order.index(family) + 1 :]
-        if following and following[0] not in self._running:
-            self._start(following[0])
+        for following in order[order.index(family) + 1 :][:AHEAD]:
+            if following not in self._running:
+                self._start(following)
         node.process.wait_ready()
         return node
 
