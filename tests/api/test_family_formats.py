@@ -110,7 +110,7 @@ HYBRID_TESTS = {
 }
 
 
-AHEAD = 2  # nodes started before their tests: a start (~25 s) outlasts a family's tests
+AHEAD = 2  # nodes started before their tests: a node's start outlasts a family's tests
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class Node:
 class Nodes:
     """A node on each family's tiny model, in CARDS' order: the next ones start while the tests
     of the one before them run, and one is stopped once the tests of the next begin (AHEAD + 1
-    at most at once: each is an engine, its processes and their memory, about 2.2 GB)."""
+    at most at once: each is an engine, its processes and their memory)."""
 
     def __init__(self, root: pytest.TempPathFactory) -> None:
         self._root = root

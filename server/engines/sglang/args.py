@@ -14,8 +14,8 @@ from server.models.source import ModelSource
 # On a CPU SGLang sizes its KV cache from free RAM; bound it (tokens, all requests together).
 CPU_MAX_TOTAL_TOKENS = 65536
 # A hybrid model's (Qwen3.5's) recurrent states, one per running request and one per cached prefix
-# end: on a CPU SGLang would size them from free RAM too (over 100,000 of them). Each is the whole
-# state of every Gated DeltaNet layer (about 50 MB for Qwen3.5-9B); models without any ignore it.
+# end: on a CPU SGLang would size them from free RAM too, far past what a CPU serves. Each is the
+# whole state of every Gated DeltaNet layer; models without any ignore the bound.
 CPU_MAX_MAMBA_STATES = 64
 # SGLang documents top_p as (0, 1]; 0 keeps only the most probable token, and so does this.
 TOP_P_FLOOR = 1e-9
