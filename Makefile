@@ -82,10 +82,10 @@ lint: install
 
 # npm's install into tests/node/ runs beside .venv/'s; the Agents SDK's (with .venv's uv) and the
 # linters follow .venv/, side by side. Only they run in parallel (`make clean test` stays in
-# order).
+# order). The suite then runs in its two shards side by side (tests/shards.py).
 test:
 	@$(MAKE) --no-print-directory --jobs=3 lint $(CLIENTS) $(AGENTS_SDK)
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m tests.shards $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(NODE)/node_modules $(LLAMACPP)/node_modules $(AGENTS_VENV) .pytest_cache \

@@ -23,6 +23,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+from hypothesis import settings
 
 from tests.server_process import ServerProcess, Shutdowns, StartQueue
 from tests.topology import RouterTopology, topology_of, wait_started
@@ -40,6 +41,28 @@ PLACES = {
 # device): `python -m bench.gpu_check` runs the suite on a GPU with "--model ... --device cuda".
 MODEL_ARGS = tuple(shlex.split(os.environ.get("B3OS_TEST_MODEL_ARGS", "")))
 
+# The property tests draw the same examples on every run, so that a run's cost and its verdict
+# are the code's (a drawn prompt near the window's size prefills for minutes); and they write no
+# example database, which the suite's processes side by side would share. HYPOTHESIS_PROFILE=random
+# draws new examples each run.
+settings.register_profile("derandomized", derandomize=True, database=None)
+settings.register_profile("random", database=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "derandomized"))
+
+
+# The suite's two shards, which `python -m tests.shards` (`make test`) runs side by side: the tests
+# on SGLang's own server (the agents' CLIs, the remote engine) and on the families' tiny models,
+# and the rest (in-process, through the router, over TLS, the units). Their engines are apart,
+# and their times about even.
+AGENTS_AND_FAMILIES, CORE = SHARDS = ("agents-and-families", "core")
+ENGINE_SHARD = {"sglang-remote": AGENTS_AND_FAMILIES}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--shard", choices=SHARDS, help="run one of the suite's shards (python -m tests.shards)"
+    )
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
@@ -47,6 +70,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line("markers", "remote_only: about the sglang-remote engine only")
     config.addinivalue_line("markers", "router_only: about the remote engine behind a router")
+    config.addinivalue_line("markers", f"shard(name): the shard of its tests, one of {SHARDS}")
 
 
 def places(item: pytest.Item) -> tuple[str, ...]:
@@ -57,6 +81,16 @@ def places(item: pytest.Item) -> tuple[str, ...]:
     return ("sglang",)
 
 
+def shard(item: pytest.Item) -> str:
+    """The shard `item` runs in: its marker's, its engine's, or the core."""
+    marker = item.get_closest_marker("shard")
+    if marker is not None:
+        return str(marker.args[0])
+    callspec = getattr(item, "callspec", None)
+    engine = callspec.params.get("engine") if callspec is not None else None
+    return ENGINE_SHARD.get(str(engine), CORE)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     def redundant(item: pytest.Item) -> bool:
         callspec = getattr(item, "callspec", None)
@@ -64,10 +98,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             return False
         return callspec.params["engine"] not in places(item)
 
-    dropped = [item for item in items if redundant(item)]
+    chosen = config.getoption("shard")
+    dropped = [item for item in items if redundant(item) or chosen not in (None, shard(item))]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if not redundant(item)]
+        gone = set(map(id, dropped))
+        items[:] = [item for item in items if id(item) not in gone]
 
 
 @pytest.fixture(scope="session", params=ENGINES)

@@ -56,8 +56,11 @@ from tests.api.test_tools import (  # noqa: F401
     test_openai_tool_choice,
     test_openai_tool_messages_round_trip,
 )
+from tests.conftest import AGENTS_AND_FAMILIES
 from tests.families.tiny import FAMILIES, make
 from tests.server_process import ServerProcess
+
+pytestmark = pytest.mark.shard(AGENTS_AND_FAMILIES)  # nodes of their own, apart from the core's
 
 # Each tiny model: what the card says of its chat format (family, tool format, reasoning), and
 # whether the format has a call of free-form input (custom tools).
