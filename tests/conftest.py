@@ -52,10 +52,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "derandomized"))
 
 # The suite's two shards, which `python -m tests.shards` (`make test`) runs side by side: the tests
 # on SGLang's own server (the agents' CLIs, the remote engine) and on the families' tiny models,
-# and the rest (in-process, through the router, over TLS, the units). Their engines are apart,
-# and their times about even.
+# with the unit tests (no server) to even the two's times; and the rest (in-process, through the
+# router, over TLS). Their engines are apart.
 AGENTS_AND_FAMILIES, CORE = SHARDS = ("agents-and-families", "core")
 ENGINE_SHARD = {"sglang-remote": AGENTS_AND_FAMILIES}
+UNITS = Path(__file__).resolve().parent / "unit"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -82,10 +83,14 @@ def places(item: pytest.Item) -> tuple[str, ...]:
 
 
 def shard(item: pytest.Item) -> str:
-    """The shard `item` runs in: its marker's, its engine's, or the core."""
+    """The shard `item` runs in: its marker's, the units', its engine's, or the core."""
     marker = item.get_closest_marker("shard")
     if marker is not None:
+        if marker.args[0] not in SHARDS:  # its tests would run in no shard
+            raise pytest.UsageError(f"{item.nodeid}: shard {marker.args[0]!r} is not in {SHARDS}")
         return str(marker.args[0])
+    if item.path.is_relative_to(UNITS):
+        return AGENTS_AND_FAMILIES
     callspec = getattr(item, "callspec", None)
     engine = callspec.params.get("engine") if callspec is not None else None
     return ENGINE_SHARD.get(str(engine), CORE)
