@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from server.engines.sglang.cpu.linear import BF16, INT4, PACKED, faster_linear
+from server.engines.sglang.cpu.linear import BF16, BF16_PACKED, INT4, PACKED, faster_linear
+from server.engines.sglang.cpu_compat import cpu_computes_bf16
 
 
 class Linear(torch.nn.Module):
@@ -75,14 +76,21 @@ def test_a_weight_whose_last_row_is_not_four_bit_groups_keeps_every_value() -> N
 
 
 def test_one_row_reads_the_bf16_copy() -> None:
+    """In oneDNN's layout where the CPU multiplies bf16 natively, as it is elsewhere."""
     torch.manual_seed(0)
     layer, x, bias = bf16_checkpoint(64, 32), torch.randn(1, 32), torch.randn(64)
     out = faster_linear(original)(None, layer, x, bias)
     assert out.dtype == torch.float32
     assert torch.equal(layer.__dict__[BF16], layer.weight.to(torch.bfloat16))  # lossless copy
-    expected = torch.nn.functional.linear(x.to(torch.bfloat16), layer.__dict__[BF16]).float()
-    torch.testing.assert_close(out, expected + bias)
-    # within bf16 rounding of the activations
+    blocked = layer.__dict__[BF16_PACKED]
+    assert (blocked is not None) == cpu_computes_bf16()
+    row = x.to(torch.bfloat16)
+    if blocked is None:
+        expected = torch.nn.functional.linear(row, layer.__dict__[BF16])
+    else:
+        expected = torch.ops.mkldnn._linear_pointwise(row, blocked, None, "none", [], "")
+    torch.testing.assert_close(out, expected.float() + bias)
+    # within bf16 rounding of the activations (and, blocked, of the product)
     torch.testing.assert_close(out, original(None, layer, x, bias), rtol=2e-2, atol=5e-2)
 
 
@@ -95,14 +103,24 @@ def test_more_rows_run_the_packed_weight(shape: tuple[int, ...]) -> None:
     torch.testing.assert_close(out, original(None, layer, x, bias), rtol=1e-5, atol=1e-5)
 
 
-def test_a_bf16_model_keeps_its_own_products_but_for_a_few_rows_of_four_bit_groups() -> None:
+def test_a_bf16_model_keeps_its_own_products_but_for_a_few_rows() -> None:
+    """A few rows run on the 4-bit groups where the weight is such groups, else on the weight in
+    oneDNN's blocked layout where the CPU multiplies bf16 natively; more rows, the model's own."""
     torch.manual_seed(4)
     plain = Linear(torch.randn(64, 32, dtype=torch.bfloat16))
     four_bit = Linear(four_bit_checkpoint(48, 64).weight.to(torch.bfloat16))
     bias = torch.randn(48, dtype=torch.bfloat16)
     for rows in (1, 8, 9):
         x = torch.randn(rows, 32, dtype=torch.bfloat16)
-        assert torch.equal(faster_linear(original)(None, plain, x), original(None, plain, x))
+        out, expected = faster_linear(original)(None, plain, x), original(None, plain, x)
+        blocked = plain.__dict__.get(BF16_PACKED)
+        if rows > 8 or blocked is None:
+            assert torch.equal(out, expected)
+        else:  # the same values summed in another order: within bf16's rounding of the product
+            assert torch.equal(
+                out, torch.ops.mkldnn._linear_pointwise(x, blocked, None, "none", [], "")
+            )
+            torch.testing.assert_close(out.float(), expected.float(), rtol=1e-2, atol=2e-2)
         x = torch.randn(rows, 64, dtype=torch.bfloat16)
         out = faster_linear(original)(None, four_bit, x, bias)
         expected = original(None, four_bit, x, bias)
@@ -113,4 +131,6 @@ def test_a_bf16_model_keeps_its_own_products_but_for_a_few_rows_of_four_bit_grou
             assert torch.equal(out, four_bit_product(four_bit, x, bias))
             torch.testing.assert_close(out.float(), expected.float(), rtol=2e-2, atol=5e-2)
     assert plain.__dict__[INT4] is None and four_bit.__dict__[INT4] is not None
+    assert (plain.__dict__[BF16_PACKED] is not None) == cpu_computes_bf16()
+    assert BF16_PACKED not in four_bit.__dict__  # its few rows read the 4-bit groups
     assert not {BF16, PACKED} & (plain.__dict__.keys() | four_bit.__dict__.keys())

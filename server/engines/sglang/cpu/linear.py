@@ -1,21 +1,19 @@
 """Matrix products for a model computed in fp32 on a CPU without native bf16 (AVX2, AVX-512
-without BF16), where a bf16 GEMM converts every element and runs 4-6x slower than fp32; and
-decode steps of a model computed in bf16 (a CPU with AVX-512 BF16).
+without BF16), where a bf16 GEMM converts every element and runs several times slower than fp32;
+and decode steps of a model computed in bf16 (a CPU with AVX-512 BF16).
 
 Each linear layer, and the LM head, keeps its weight in more forms, made before the first
 request. For a few rows (decode steps), which read the whole weight to use it a few times: the
 checkpoint's own 4-bit groups where its values are such groups (a GGUF Q4_0/Q4_1 model, the
 embedded one: an eighth of the fp32 bytes, in torch's int4 kernel), else a bf16 copy (half the
-bytes). For more rows, the weight packed in oneDNN's blocked layout, which runs faster than the
-plain fp32 GEMM at every size. Measured on a 2-core AVX2 machine, the 120 linear layers of
-SmolLM2-135M, each with its own weight: one row 53 ms plain, 45 ms packed, 30 ms bf16, 17 ms
-4-bit; 4 rows 111 / 51 ms plain / packed, 29 ms 4-bit; 8 rows 54 ms 4-bit; 16 rows 120 / 76
-plain / packed, 106 ms 4-bit; 128 rows 336 / 271; 2,048 rows 3.97 / 3.02 s. The LM head
-(49,152 x 576), one row: 20.2 ms fp32, 5.5 ms bf16.
+bytes), in oneDNN's blocked layout where the CPU multiplies bf16 natively (the plain copy's
+one-row product does not keep up with the memory there). For more rows, the fp32 weight packed
+in oneDNN's blocked layout, which runs faster than the plain fp32 GEMM at every size. The
+figures behind each choice are the bench's (its decode rows, beside llama.cpp's).
 
-A model computed in bf16 keeps its products, but for a few rows and the checkpoint's own 4-bit
-groups: measured on a 2-core AVX-512 BF16 machine, the 120 layers, one row: 11.7 ms bf16, 3.4 ms
-4-bit; 8 rows 13.1 / 7.2 ms; 16 rows 14.7 / 13.9 ms.
+A model computed in bf16 keeps its products but for a few rows: those run on the checkpoint's own
+4-bit groups, else on its weight in oneDNN's blocked layout (the same values, summed in another
+order).
 
 The checkpoints served are bf16 or coarser, so the bf16 copy holds the checkpoint's own values,
 and the 4-bit form is taken only where it gives them back to within bf16's rounding (checked per
@@ -30,15 +28,20 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from server.engines.sglang.cpu_compat import cpu_computes_bf16
+
 LOAD_MODEL = "sglang.srt.model_executor.model_runner.ModelRunner.load_model"
 LINEAR = "sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod.apply"
 LINEAR_INTO = "sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod.apply_into"
 LM_HEAD = "sglang.srt.layers.logits_processor.LogitsProcessor._compute_lm_head"
 BF16 = "_b3os_bf16_weight"  # the bf16 copy, on the layer that holds the weight
+BF16_PACKED = (
+    "_b3os_bf16_packed_weight"  # the bf16 copy in oneDNN's layout, or None: no native bf16
+)
 PACKED = "_b3os_packed_weight"  # oneDNN's packed fp32 weight, likewise
 INT4 = "_b3os_int4_weight"  # (packed 4-bit groups, their scales and zeros), or None: no fit
 GROUP = 32  # values per 4-bit group along a row (GGUF's Q4 block)
-INT4_MAX_ROWS = 8  # where the 4-bit kernel stops beating the packed fp32 GEMM (see above)
+INT4_MAX_ROWS = 8  # where the 4-bit kernel stops beating the packed fp32 GEMM (measured)
 INT4_TOLERANCE = 2**-7  # of a group's largest magnitude: bf16's rounding of the checkpoint
 SAMPLE_ROWS = 16  # checked first, alone
 COMPUTED = (torch.float32, torch.bfloat16)  # the dtypes a model computes in here
@@ -61,6 +64,21 @@ def bf16_copy(layer: torch.nn.Module) -> torch.Tensor | None:
     if copy is None and (weight := _fp32_weight(layer)) is not None:
         copy = layer.__dict__[BF16] = weight.detach().to(torch.bfloat16)
     return copy
+
+
+def bf16_packed(layer: torch.nn.Module) -> torch.Tensor | None:
+    """The bf16 copy in oneDNN's blocked layout, where the CPU multiplies bf16 natively: its
+    one-row product reads the weight at the memory's pace, where the plain copy's does not."""
+    if BF16_PACKED in layer.__dict__:
+        found: torch.Tensor | None = layer.__dict__[BF16_PACKED]
+        return found
+    weight = _float_weight(layer)
+    copy = bf16_copy(layer) if weight is not None and weight.dtype == torch.float32 else weight
+    form = None
+    if copy is not None and cpu_computes_bf16():
+        form = torch.ops.mkldnn._reorder_linear_weight(copy.detach(), None)
+    layer.__dict__[BF16_PACKED] = form
+    return form
 
 
 def packed(layer: torch.nn.Module) -> torch.Tensor | None:
@@ -136,10 +154,19 @@ def matmul(
         )
         out = product.to(x.dtype).view(*x.shape[:-1], -1)
         return out if bias is None else out.add_(bias)
-    if x.dtype != torch.float32:
-        return None  # a bf16 model's own product
+    if x.dtype != torch.float32:  # a bf16 model's own product, its few rows in oneDNN's layout
+        if rows > INT4_MAX_ROWS or (blocked := bf16_packed(layer)) is None:
+            return None
+        out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, -1), blocked, None, "none", [], "")
+        out = out.view(*x.shape[:-1], -1)
+        return out if bias is None else out.add_(bias)
     if rows == 1 and (weight := bf16_copy(layer)) is not None:
-        out = F.linear(x.to(torch.bfloat16), weight).to(torch.float32)
+        flat = x.to(torch.bfloat16)
+        if (blocked := bf16_packed(layer)) is not None:
+            out = torch.ops.mkldnn._linear_pointwise(flat, blocked, None, "none", [], "")
+        else:
+            out = F.linear(flat, weight)
+        out = out.to(torch.float32)
         return out if bias is None else out.add_(bias)
     if rows > 1 and (weight := packed(layer)) is not None:
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
@@ -156,7 +183,9 @@ def prepare(model: torch.nn.Module) -> None:
     head = getattr(model, "lm_head", None)
     for module in model.modules():
         if isinstance(module, LinearBase) or module is head:
-            copy, _, _ = bf16_copy(module), packed(module), int4(module)
+            copy, _ = bf16_copy(module), packed(module)
+            if int4(module) is None:  # its one row runs on the bf16 copy
+                bf16_packed(module)
             if isinstance(module, LinearBase) and copy is not None:
                 module.weight.data = copy
 
