@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-PINNED_SGLANG = "0.5.23"
+from server.engines.sglang.pins import SGLANG as PINNED_SGLANG
+
 E2E_SHARE = 0.6  # of the budget; the bench gets the rest
 # Modules that need the embedded CPU model or a scripted engine, not the model under check.
 E2E_IGNORED = ("tests/api/test_configured_server.py", "tests/api/test_stream_failures.py")

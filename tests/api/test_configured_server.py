@@ -120,3 +120,23 @@ def test_a_context_length_beyond_the_models_window_is_one_clear_line(
     ) in log
     assert "Traceback" not in log
     assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" not in log
+
+
+def test_an_sglang_other_than_the_pinned_one_is_refused_at_start(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Installed metadata saying another SGLang release (ahead on the path) stops the node before
+    its engine starts: the CPU path replaces SGLang's pieces of 0.5.23 by name."""
+    folder = tmp_path_factory.mktemp("other-sglang")
+    info = folder / "sglang-0.5.22.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.22\n")
+    process = ServerProcess(folder / "server.log", env={"PYTHONPATH": str(folder)})
+    process.start()
+    assert process.wait_exit(timeout=120) == 1
+    log = process.log_text()
+    assert (
+        "cannot start: sglang 0.5.22 is installed, where this node is built on 0.5.23 "
+        "(make install sets up the pinned ones)"
+    ) in log
+    assert "Traceback" not in log and "SGLang ready" not in log

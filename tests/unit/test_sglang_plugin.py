@@ -1,4 +1,5 @@
-"""The SGLang plugin, as SGLang applies it in each of its processes on a CPU: the small steps
+"""The SGLang plugin, as SGLang applies it in each of its processes on a CPU: every replacement
+resolves and applies; the small steps
 SGLang wraps in torch.compile run as the eager functions they wrap (inductor would build C++ at
 their first use: seconds held on one request, and a compiler the slim image has not), with
 SGLang's results; and the embedded model's tokenizer, whose folder declares transformers' generic
@@ -60,7 +61,18 @@ def compared(folder):
     sglangs = seen(original(folder, **arguments))
     return {"hooked": hooked, "hooked_loads": hooked_loads, "sglangs": sglangs,
             "sglangs_loads": list(loads)}
-print(json.dumps({"penalized": logits.tolist(), "drawn": drawn.shape[0],
+applied = plugin.unapplied(True)
+targets = [planned.target for planned in plugin.hooks(True)]
+from sglang.srt.plugins.hook_registry import HookType
+gone = plugin.Hook("sglang.srt.layers.sampler.no_such_function", lambda: None, "REPLACE")
+HookRegistry.register(gone.target, gone.hook, HookType.REPLACE)
+HookRegistry.apply_hooks()  # SGLang logs the failure and goes on
+planned = plugin.hooks
+plugin.hooks = lambda cpu: [*planned(cpu), gone]
+half = plugin.unapplied(True)
+plugin.hooks = planned
+print(json.dumps({"unapplied": applied, "targets": targets, "half": half,
+                  "penalized": logits.tolist(), "drawn": drawn.shape[0],
                   "compiled": sum(counters["frames"].values()),
                   "tokenizers": {folder: compared(folder) for folder in sys.argv[1:]}}))
 """
@@ -86,6 +98,14 @@ def seen(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     result = dict(json.loads(done.stdout.strip().splitlines()[-1]))
     tokenizers = result.pop("tokenizers")
     return {**result, **{name: tokenizers[str(path)] for name, path in folders.items()}}
+
+
+def test_every_replacement_resolves_and_applies(seen: dict[str, Any]) -> None:
+    """The CPU path's and the general ones, against the installed SGLang; one whose target is
+    not there is named (the node then refuses to start: server/engines/sglang/pins.py)."""
+    assert seen["unapplied"] == [], seen["unapplied"]
+    assert len(seen["targets"]) == len(set(seen["targets"])) >= 15
+    assert seen["half"] == ["sglang.srt.layers.sampler.no_such_function"]
 
 
 def test_compiled_steps_run_eagerly_with_sglangs_results(seen: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from server.config import Settings
 from server.engines.base import EngineLimits, EngineLoad, EngineOutput, EngineRequest
-from server.engines.sglang import cpu_compat
+from server.engines.sglang import cpu_compat, pins
 from server.engines.sglang.args import (
     logprob_options,
     runtime_env,
@@ -96,7 +96,12 @@ class SGLangEngine:
         if args["device"] == "cpu":
             cpu_compat.prepare_cpu_runtime()
         os.environ.update(runtime_env(self._settings))  # the scheduler inherits it
+        pins.check_versions(args["device"])
         import sglang
+        from sglang.srt.plugins import load_plugins
+
+        load_plugins()  # as Engine() would: its hooks applied here first, and checked
+        pins.check_hooks()
 
         _check_context_length(self._settings.context_length, args["model_path"])
         log.info(

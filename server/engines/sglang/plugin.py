@@ -19,6 +19,9 @@ import logging
 import multiprocessing
 import os
 import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,13 @@ EXTRA_BUFFER_SUPPORT = "sglang.srt.arg_groups.overrides.supports_mamba_cache_ext
 MODEL_REGISTRY_LOGGER = "sglang.srt.models.registry"
 
 
+@dataclass(frozen=True)
+class Hook:
+    target: str  # the dotted path SGLang's hook registry resolves
+    hook: Callable[..., Any]
+    kind: str  # a HookType's name
+
+
 def register() -> None:
     logging.getLogger(MODEL_REGISTRY_LOGGER).addFilter(_import_errors_at_debug)
     if multiprocessing.parent_process() is not None:
@@ -45,19 +55,43 @@ def register() -> None:
         # detokenizer would each die of it with a KeyboardInterrupt traceback. The process that
         # started them stops them when it stops.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _seeded_min_p()
-    _tokenizer_loaded_once()
-    if os.environ.get("SGLANG_USE_CPU_ENGINE") != "1":
-        return
-    _deterministic_inference_on_cpu()
-    _mamba_cache_without_snapshots()
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    cpu = os.environ.get("SGLANG_USE_CPU_ENGINE") == "1"
+    if cpu:
+        _deterministic_backends_on_cpu()
+    for planned in hooks(cpu):
+        HookRegistry.register(planned.target, planned.hook, HookType[planned.kind])
+
+
+def hooks(cpu: bool) -> list[Hook]:
+    """Every replacement this plugin makes in SGLang: everywhere, and on a CPU (`cpu`) those of
+    the CPU path. Resolving a target that is not there raises."""
+    planned = [_seeded_min_p(), _tokenizer_loaded_once()]
+    if not cpu:
+        return planned
+    planned += _deterministic_inference_on_cpu()
+    planned.append(Hook(EXTRA_BUFFER_SUPPORT, _no_extra_buffer, "REPLACE"))
     import torch
 
     if torch.cpu._is_amx_tile_supported():
-        return  # SGLang's AMX backend has its own kernels
-    from server.engines.sglang import cpu
+        return planned  # SGLang's AMX backend has its own kernels
+    from server.engines.sglang import cpu as cpu_path
 
-    cpu.install()
+    return planned + [Hook(target, hook, kind) for target, hook, kind in cpu_path.hooks()]
+
+
+def unapplied(cpu: bool) -> list[str]:
+    """What of `hooks(cpu)` SGLang's registry has not applied in this process (after its
+    `load_plugins`): a target that did not resolve, a hook that failed to wrap, or the plugin
+    not run at all. SGLang logs each such failure and goes on; a node refuses to start on it."""
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    try:
+        wanted = hooks(cpu)
+    except Exception as error:  # a target gone from SGLang: named in the message
+        return [f"the plugin's hooks ({type(error).__name__}: {error})"]
+    return [planned.target for planned in wanted if planned.target not in HookRegistry._patched]
 
 
 def _import_errors_at_debug(record: logging.LogRecord) -> bool:
@@ -69,53 +103,48 @@ def _import_errors_at_debug(record: logging.LogRecord) -> bool:
     return logging.getLogger().getEffectiveLevel() <= logging.INFO
 
 
-def _seeded_min_p() -> None:
+def _seeded_min_p() -> Hook:
     from sglang.srt.layers import sampler
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     from server.engines.sglang.seeded_sampling import TARGET, min_p_first
 
     original = sampler.top_k_top_p_min_p_sampling_from_probs_torch
-    HookRegistry.register(TARGET, min_p_first(original), HookType.REPLACE)
+    return Hook(TARGET, min_p_first(original), "REPLACE")
 
 
-def _tokenizer_loaded_once() -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
+def _tokenizer_loaded_once() -> Hook:
     from server.engines.sglang import tokenizer_load
 
-    HookRegistry.register(tokenizer_load.TARGET, tokenizer_load.load_generic_once, HookType.AROUND)
+    return Hook(tokenizer_load.TARGET, tokenizer_load.load_generic_once, "AROUND")
 
 
-def _deterministic_inference_on_cpu() -> None:
+def _deterministic_backends_on_cpu() -> None:
     from sglang.srt.arg_groups import choices
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     for options in (
         choices.DETERMINISTIC_ATTENTION_BACKEND_CHOICES,
         choices.RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND,
     ):
         options.extend(b for b in CPU_ATTENTION_BACKENDS if b not in options)
-    HookRegistry.register(BATCH_INVARIANT_MODE, _no_batch_invariant_mode, HookType.REPLACE)
+
+
+def _deterministic_inference_on_cpu() -> list[Hook]:
+    planned = [Hook(BATCH_INVARIANT_MODE, _no_batch_invariant_mode, "REPLACE")]
     for target in EAGER_ON_CPU:
         module_name, name = target.rsplit(".", 1)
         compiled = getattr(importlib.import_module(module_name), name)
         eager = getattr(compiled, "_torchdynamo_orig_callable", None)
-        if eager is not None:
-            HookRegistry.register(target, eager, HookType.REPLACE)
+        if eager is None:
+            raise AttributeError(f"{target} is not a torch.compile'd function")
+        planned.append(Hook(target, eager, "REPLACE"))
+    return planned
 
 
-def _mamba_cache_without_snapshots() -> None:
+def _no_extra_buffer(view: object, hf_config: object) -> bool:
     """A hybrid model's prefix cache (Qwen3.5's Gated DeltaNet states) on a CPU: SGLang's
     `auto` strategy picks `extra_buffer`, whose state snapshots it then refuses on any platform
     but a GPU's, so the start fails. Refused here as well, `auto` resolves to `no_buffer` (the
     states of cached prefixes kept in the radix tree, overlap scheduling off)."""
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    HookRegistry.register(EXTRA_BUFFER_SUPPORT, _no_extra_buffer, HookType.REPLACE)
-
-
-def _no_extra_buffer(view: object, hf_config: object) -> bool:
     del view, hf_config
     return False
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from server.config import Settings
-from server.engines.sglang import cpu_compat
+from server.engines.sglang import cpu_compat, pins
 from server.engines.sglang.args import runtime_env, server_args
 from server.models.source import resolve
 
@@ -40,12 +40,14 @@ def run(settings: Settings, sglang_args: Sequence[str] = ()) -> int:
     if args["device"] == "cpu":
         cpu_compat.prepare_cpu_runtime()
     os.environ.update(runtime_env(settings))
+    pins.check_versions(args["device"])
     from sglang.launch_server import run_server
     from sglang.srt.plugins import load_plugins
     from sglang.srt.server_args import prepare_server_args
     from sglang.srt.utils import kill_process_tree
 
     load_plugins()
+    pins.check_hooks()
     argv = [*cli_args(args), *sglang_args]
     log.info("starting SGLang's HTTP server: %s", " ".join(argv))
     try:

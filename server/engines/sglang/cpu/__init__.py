@@ -3,7 +3,8 @@ only what a step needs (`attention.py`), matrix products in the form each row co
 in (`linear.py`), prefill chunks sized in time (`chunking.py`), a Llama decode step without
 SGLang's per-layer scaffolding (`decode.py`), and the gated RMSNorm of Gated DeltaNet layers,
 Triton's elsewhere (`gated_norm.py`). Installed by the plugin, in every SGLang process; each
-kernel replacement gives SGLang's own results (unit tests compare)."""
+kernel replacement gives SGLang's own results (unit tests compare). The plugin registers
+`hooks()` with SGLang's hook registry."""
 
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ from typing import Any
 from server.engines.sglang.cpu import attention, chunking, decode, gated_norm, linear
 
 
-def install() -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
+def hooks() -> list[tuple[str, Callable[..., Any], str]]:
+    """(target, hook, HookType name) for each piece of SGLang this path replaces or follows."""
     replacements: dict[str, Callable[[Any], Any]] = {
         attention.EXTEND: attention.planned_extend,
         attention.DECODE: attention.planned_decode,
@@ -28,9 +28,11 @@ def install() -> None:
         decode.MODEL_FORWARD: decode.lean_forward,
         gated_norm.FORWARD: gated_norm.plain_forward,
     }
-    for target, replacement in replacements.items():
-        HookRegistry.register(target, replacement(_resolve(target)), HookType.REPLACE)
-    HookRegistry.register(linear.LOAD_MODEL, linear.prepared_after_loading, HookType.AFTER)
+    planned = [
+        (target, replacement(_resolve(target)), "REPLACE")
+        for target, replacement in replacements.items()
+    ]
+    return [*planned, (linear.LOAD_MODEL, linear.prepared_after_loading, "AFTER")]
 
 
 def _resolve(target: str) -> Any:
