@@ -35,6 +35,7 @@ SCENARIOS = (
     "gateway",
     "interference",
     "prefill",
+    "decode",
 )
 
 

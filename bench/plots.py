@@ -56,6 +56,21 @@ def _phases(axes: Any, rows: list[Row]) -> None:
     axes.legend(fontsize=6)
 
 
+def _decode(axes: Any, rows: list[Row]) -> None:
+    lines: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for row in rows:
+        match = re.fullmatch(r"(.+), (\d+) tokens, (c=\d+|.+ tools auto)", row.case)
+        rate = row.values.get("tok/s total")
+        if match and rate is not None:
+            lines[f"{match.group(1)}, {match.group(3)}"].append((int(match.group(2)), rate))
+    for label, points in lines.items():
+        xs, ys = zip(*sorted(points), strict=True)
+        axes.plot(xs, ys, marker="o", label=label)
+    axes.set(xlabel="context (tokens)", ylabel="decode tokens/s, all streams")
+    axes.set_title("decode")
+    axes.legend(fontsize=6)
+
+
 def plot(rows: list[Row], path: Path) -> Path | None:
     import matplotlib
 
@@ -71,6 +86,7 @@ def plot(rows: list[Row], path: Path) -> Path | None:
         ("prefix cache", lambda ax, r: _bars(ax, r[:2], "TTFT p50 ms", "prefix cache")),
         ("constrained decoding", lambda ax, r: _bars(ax, r, "server ttft p50 ms", "constraints")),
         ("front-end overhead", lambda ax, r: _bars(ax, r, "per event us", "overhead per event")),
+        ("decode", _decode),
     ]
     present = [(name, draw) for name, draw in panels if by_scenario.get(name)]
     if not present:

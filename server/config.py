@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from server.engines.registry import ENGINES
+
 ENV_PREFIX = "B3OS_INFER_"
 DEFAULT_PORT = 7700
 DEFAULT_MAX_REQUEST_BYTES = 10 * 1024 * 1024
@@ -275,8 +277,6 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
 
 
 def _check(settings: Settings) -> None:
-    from server.engines.registry import ENGINES  # the registry imports Settings from here
-
     if (settings.certfile is None) != (settings.keyfile is None):
         raise SystemExit("--certfile and --keyfile go together")
     if settings.engine == "sglang-remote" and not settings.engine_url:

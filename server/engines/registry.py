@@ -4,11 +4,13 @@ A factory gets the settings, the model and the tokenizer this server renders pro
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from server.config import Settings
-from server.engines.base import Engine
-from server.models.source import ModelSource
-from server.prompt import Tokenizer
+if TYPE_CHECKING:  # annotations only: the settings read this module for the engines' names
+    from server.config import Settings
+    from server.engines.base import Engine
+    from server.models.source import ModelSource
+    from server.prompt import Tokenizer
 
 
 def _sglang(settings: Settings, source: ModelSource, tokenizer: Tokenizer) -> Engine:
@@ -29,7 +31,7 @@ def _replay(settings: Settings, source: ModelSource, tokenizer: Tokenizer) -> En
     return ReplayEngine(settings, source)
 
 
-EngineFactory = Callable[[Settings, ModelSource, Tokenizer], Engine]
+EngineFactory = Callable[["Settings", "ModelSource", "Tokenizer"], "Engine"]
 ENGINES: dict[str, EngineFactory] = {
     "sglang": _sglang,
     "sglang-remote": _sglang_remote,  # SGLang's HTTP server or sglang-router at --engine-url

@@ -147,3 +147,15 @@ def test_the_answer_cap_is_one_token_or_more_and_holds_the_default() -> None:
     both = ["--default-max-tokens", "512", "--max-output-tokens", "256"]
     with pytest.raises(SystemExit, match="--default-max-tokens 512 is beyond --max-output-tokens"):
         settings(both)
+
+
+def test_the_engine_registry_imports_nothing_of_the_server() -> None:
+    """The settings read the engines' names from the registry at import; the registry's own
+    imports of the settings, engines and models are for annotations only (no import circle)."""
+    script = (
+        "import sys, server.engines.registry; "
+        "print(sorted(m for m in sys.modules if m.startswith('server')))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['server', 'server.engines', 'server.engines.registry']"

@@ -10,10 +10,8 @@ embedded model's folder) and for which AutoTokenizer keeps it (decided as the fr
 a start (the main process, the detokenizer, the scheduler and its model worker), so a start paid
 twelve loads for four tokenizers. Here such a folder is loaded as its declared class once, with
 the arguments of SGLang's last load, and given SGLang's own post-load fixes; any other folder, mode
-or backend goes through SGLang's `get_tokenizer` unchanged. Measured on a 2-core machine with the
-embedded model, with and without it in the same run: a call takes 0.20-0.33x the time of SGLang's
-(back to back in one process, three each); an in-process start, four each in turn, is ready in
-0.84x the time on 0.84x the CPU-seconds (medians)."""
+or backend goes through SGLang's `get_tokenizer` unchanged: a call, and so a start, takes less
+time and CPU."""
 
 from __future__ import annotations
 

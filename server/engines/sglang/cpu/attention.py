@@ -9,11 +9,7 @@ them out sorted) is read in place, with no copy. New tokens attend to the cached
 each other separately, in the fused flash kernel without a mask, the query heads that share a
 key head packed together (so keys are never repeated per head), and the two halves are joined
 by their log-sum-exp. A decode step of several requests gathers them once, padded and masked.
-
-Measured on a 2-core AVX2 machine, one layer of SmolLM2-135M: 15 new tokens after 6,000, 9.3 ms
-gathered and masked against 4.2 ms here; 32 after 7,000, 14.7 against 11.7; idle. With the
-machine busy with the other processes of a node, 54 against 20. Results are SGLang's own (unit
-tests compare)."""
+Results are SGLang's own (unit tests compare); the times are the bench's."""
 
 from __future__ import annotations
 
