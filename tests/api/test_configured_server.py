@@ -111,15 +111,22 @@ def test_a_context_length_beyond_the_models_window_is_one_clear_line(
     process = ServerProcess(
         tmp_path_factory.mktemp("too-wide") / "server.log", "--context-length", "100000"
     )
-    process.start()
-    assert process.wait_exit(timeout=120) == 1
-    log = process.log_text()
+    log = refused(process)
     assert (
         "cannot start: --context-length 100000 is beyond the model's window of 32768 tokens; "
         "give at most 32768, or leave it unset to serve the whole window"
     ) in log
-    assert "Traceback" not in log
     assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" not in log
+
+
+def refused(process: ServerProcess) -> str:
+    """The log of a node that exits 1 at start, its reason one line rather than a traceback, and
+    its engine never ready."""
+    process.start()
+    assert process.wait_exit(timeout=120) == 1
+    log = process.log_text()
+    assert "Traceback" not in log and "SGLang ready" not in log
+    return log
 
 
 def test_an_sglang_other_than_the_pinned_one_is_refused_at_start(
@@ -131,12 +138,24 @@ def test_an_sglang_other_than_the_pinned_one_is_refused_at_start(
     info = folder / "sglang-0.5.22.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.22\n")
-    process = ServerProcess(folder / "server.log", env={"PYTHONPATH": str(folder)})
-    process.start()
-    assert process.wait_exit(timeout=120) == 1
-    log = process.log_text()
+    log = refused(ServerProcess(folder / "server.log", env={"PYTHONPATH": str(folder)}))
     assert (
         "cannot start: sglang 0.5.22 is installed, where this node is built on 0.5.23 "
         "(make install sets up the pinned ones)"
     ) in log
-    assert "Traceback" not in log and "SGLang ready" not in log
+
+
+def test_a_node_whose_replacements_did_not_apply_is_refused_at_start(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """SGLang's own plugin whitelist leaving this node's plugin out: SGLang would serve
+    unpatched; the node names every replacement missing and does not start."""
+    folder = tmp_path_factory.mktemp("unpatched")
+    log = refused(ServerProcess(folder / "server.log", env={"SGLANG_PLUGINS": "another_plugin"}))
+    assert "cannot start: SGLang 0.5.23 did not take this node's replacements of " in log
+    for target in (
+        "sglang.srt.layers.sampler.top_k_top_p_min_p_sampling_from_probs_torch",
+        "sglang.srt.utils.hf_transformers.tokenizer.get_tokenizer",
+        "sglang.srt.arg_groups.overrides.supports_mamba_cache_extra_buffer",  # a CPU's
+    ):
+        assert target in log

@@ -5,7 +5,6 @@ apply and serves on, half-patched; a node here refuses to start instead, naming 
 
 from __future__ import annotations
 
-import os
 from importlib import metadata
 
 from server.models.embedded import ModelSetupError
@@ -40,7 +39,7 @@ def check_hooks() -> None:
     """After SGLang has loaded its plugins in this process (`load_plugins`)."""
     from server.engines.sglang import plugin
 
-    missing = plugin.unapplied(os.environ.get("SGLANG_USE_CPU_ENGINE") == "1")
+    missing = plugin.unapplied(plugin.on_cpu())
     if missing:
         raise ModelSetupError(
             f"SGLang {release('sglang')} did not take this node's replacements of "

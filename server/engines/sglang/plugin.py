@@ -57,11 +57,16 @@ def register() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    cpu = os.environ.get("SGLANG_USE_CPU_ENGINE") == "1"
+    cpu = on_cpu()
     if cpu:
         _deterministic_backends_on_cpu()
     for planned in hooks(cpu):
         HookRegistry.register(planned.target, planned.hook, HookType[planned.kind])
+
+
+def on_cpu() -> bool:
+    """Whether this process runs SGLang's CPU engine (`cpu_compat.prepare_cpu_runtime`)."""
+    return os.environ.get("SGLANG_USE_CPU_ENGINE") == "1"
 
 
 def hooks(cpu: bool) -> list[Hook]:

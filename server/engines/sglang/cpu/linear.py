@@ -35,9 +35,7 @@ LINEAR = "sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod.apply"
 LINEAR_INTO = "sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod.apply_into"
 LM_HEAD = "sglang.srt.layers.logits_processor.LogitsProcessor._compute_lm_head"
 BF16 = "_b3os_bf16_weight"  # the bf16 copy, on the layer that holds the weight
-BF16_PACKED = (
-    "_b3os_bf16_packed_weight"  # the bf16 copy in oneDNN's layout, or None: no native bf16
-)
+BF16_PACKED = "_b3os_bf16_packed_weight"  # the bf16 copy in oneDNN's layout; None: not native
 PACKED = "_b3os_packed_weight"  # oneDNN's packed fp32 weight, likewise
 INT4 = "_b3os_int4_weight"  # (packed 4-bit groups, their scales and zeros), or None: no fit
 GROUP = 32  # values per 4-bit group along a row (GGUF's Q4 block)
@@ -157,20 +155,22 @@ def matmul(
     if x.dtype != torch.float32:  # a bf16 model's own product, its few rows in oneDNN's layout
         if rows > INT4_MAX_ROWS or (blocked := bf16_packed(layer)) is None:
             return None
-        out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, -1), blocked, None, "none", [], "")
-        out = out.view(*x.shape[:-1], -1)
+        out = _blocked_product(x.reshape(rows, -1), blocked).view(*x.shape[:-1], -1)
         return out if bias is None else out.add_(bias)
     if rows == 1 and (weight := bf16_copy(layer)) is not None:
         flat = x.to(torch.bfloat16)
-        if (blocked := bf16_packed(layer)) is not None:
-            out = torch.ops.mkldnn._linear_pointwise(flat, blocked, None, "none", [], "")
-        else:
-            out = F.linear(flat, weight)
+        blocked = bf16_packed(layer)
+        out = F.linear(flat, weight) if blocked is None else _blocked_product(flat, blocked)
         out = out.to(torch.float32)
         return out if bias is None else out.add_(bias)
     if rows > 1 and (weight := packed(layer)) is not None:
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
     return None
+
+
+def _blocked_product(rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """rows [n, in] times a weight in oneDNN's blocked layout, in their dtype."""
+    return torch.ops.mkldnn._linear_pointwise(rows, weight, None, "none", [], "")
 
 
 def prepare(model: torch.nn.Module) -> None:
