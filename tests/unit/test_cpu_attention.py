@@ -12,6 +12,7 @@ import torch
 
 from server.engines.sglang.cpu.attention import (
     PLAN,
+    decode_attention,
     forward_plan,
     keys_of,
     planned_decode,
@@ -37,7 +38,7 @@ def cache(
     SGLang's slot table."""
     k_cache = torch.randn(POOL, kv_heads, dim).to(dtype)
     v_cache = torch.randn(POOL, kv_heads, dim).to(dtype)
-    req_to_token = torch.zeros(len(lengths), 128, dtype=torch.int32)
+    req_to_token = torch.zeros(len(lengths), POOL, dtype=torch.int32)
     slots = torch.arange(1, POOL) if in_order else torch.randperm(POOL - 1) + 1
     start = 0
     for index, length in enumerate(lengths):
@@ -89,7 +90,8 @@ def test_prefill_is_sglangs_prefill(
     torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("lengths", [[9], [70], [1, 30, 17], [12, 12]])
+# Several requests: gathered into one product while short, attended one by one when longer.
+@pytest.mark.parametrize("lengths", [[9], [70], [1, 30, 17], [12, 12], [140, 100], [200, 3]])
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("in_order", [True, False])
 def test_decode_is_sglangs_decode(
@@ -165,3 +167,36 @@ def test_a_layer_given_another_forward_is_left_to_sglang(backend: Any) -> None:
         seq_lens, scaling=0.25, enable_gqa=True,
     )  # fmt: skip
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    "slots",
+    [[list(range(40, 120))], [[5, 9, 30, 31, 32, 70]],
+     [[*range(1000, 1400), *range(10, 300), *range(2000, 2300)]], [[3, 4, 5], list(range(60, 90))],
+     [list(range(1000, 1300)), [*range(10, 200), 7, 8]]],
+    ids=["in-order", "scattered", "runs", "two-short-requests", "two-long-requests"],
+)  # fmt: skip
+def test_the_lean_decode_steps_attention_is_sglangs_in_the_querys_dtype(
+    backend: Any, slots: list[list[int]]
+) -> None:
+    """`decode_attention`, which server/engines/sglang/cpu/decode.py calls with no output buffer
+    to cast into: SGLang's decode, in the bf16 of the query and cache, however the keys lie."""
+    torch.manual_seed(3)
+    heads, kv_heads, dim = 6, 2, 16
+    k_cache = torch.randn(2400, kv_heads, dim).to(torch.bfloat16)
+    v_cache = torch.randn(2400, kv_heads, dim).to(torch.bfloat16)
+    req_to_token = torch.zeros(len(slots), 1024, dtype=torch.int32)
+    for index, row in enumerate(slots):
+        req_to_token[index, : len(row)] = torch.tensor(row)
+    pool, seq_lens = torch.arange(len(slots)), torch.tensor([len(row) for row in slots])
+    query = torch.randn(len(slots), heads, dim).to(torch.bfloat16)
+    owner = planned(req_to_token, pool, seq_lens, decode=True)
+    ours = decode_attention(owner, query, k_cache, v_cache, seq_lens, dim**-0.5)
+    expected = backend._run_sdpa_forward_decode(
+        None, query, torch.zeros_like(query), k_cache, v_cache, req_to_token, pool, seq_lens,
+        scaling=dim**-0.5, enable_gqa=True,
+    )  # fmt: skip
+    assert ours is not None and ours.dtype == torch.bfloat16
+    torch.testing.assert_close(ours, expected, rtol=2e-2, atol=2e-2)
+    other_forward = torch.tensor([len(row) for row in slots])  # not the plan's own tensor
+    assert decode_attention(owner, query, k_cache, v_cache, other_forward, dim**-0.5) is None

@@ -8,7 +8,9 @@ request's keys are found once: a request whose cache slots run in order (the all
 them out sorted) is read in place, with no copy. New tokens attend to the cached prefix and to
 each other separately, in the fused flash kernel without a mask, the query heads that share a
 key head packed together (so keys are never repeated per head), and the two halves are joined
-by their log-sum-exp. A decode step of several requests gathers them once, padded and masked.
+by their log-sum-exp. A decode step of several requests with short contexts gathers their keys
+once, padded and masked, into one batched product; with longer ones, whose padded gather and
+masked product cost more than a kernel call each, attends to each request's keys as above.
 Results are SGLang's own (unit tests compare); the times are the bench's."""
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ PLAN = "_b3os_forward_plan"  # where a forward's plan lives on the backend
 # faster than attended run by run (each run is a kernel call: 35 ms a step at 200 tokens).
 MAX_RUNS = 16
 RUN_TOKENS = 256
+# A decode step of several requests gathers their keys into one masked product while the longest
+# context is at most this long, else attends to each request's keys in turn (measured crossover:
+# about 100 tokens, at 4 and at 16 requests).
+GATHER_TOKENS = 128
 
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
@@ -76,7 +82,7 @@ class ForwardPlan:
 
     seq_lens: torch.Tensor  # the forward's own tensor: a layer given another falls back
     keys: tuple[Keys, ...]
-    gather: Gather | None = None  # a decode step of several requests
+    gather: Gather | None = None  # a decode step of several requests with short contexts
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +106,7 @@ def forward_plan(
     rows = req_to_token[req_pool_indices]
     keys = tuple(keys_of(rows[index, :length]) for index, length in enumerate(lengths))
     gather = None
-    if decode and len(lengths) > 1:
-        longest = max(lengths)
+    if decode and len(lengths) > 1 and (longest := max(lengths)) <= GATHER_TOKENS:
         mask = None
         if min(lengths) != longest:
             positions = torch.arange(longest, device=seq_lens.device)
@@ -147,11 +152,16 @@ def attend(
     new, heads, dim = query.shape
     kv_heads = key.shape[1]
     group = heads // kv_heads
+    if new == 1 and key.dtype == query.dtype:  # one token sees every key: no mask, no causal half
+        # Heads that share a key head, side by side: [1, kv_heads, group, dim].
+        packed = query.reshape(1, kv_heads, group, dim)
+        out = _flash(packed, key.transpose(0, 1)[None], value.transpose(0, 1)[None], scale=scaling)
+        return out[0].reshape(1, heads, dim)
     q = query.movedim(0, 1)  # [heads, new, dim]
     # Heads that share a key head, packed along the tokens: [1, kv_heads, group * new, dim].
     packed = q.reshape(kv_heads, group * new, dim).unsqueeze(0)
     k, v = _heads_first(key, query.dtype), _heads_first(value, query.dtype)
-    if new == 1:  # one token sees every key: no mask, no causal half
+    if new == 1:
         out = _flash(packed, k, v, scale=scaling)[0]
         return out.reshape(heads, 1, dim).movedim(1, 0)
     recent_k = k[:, :, prefix:].repeat_interleave(group, dim=1)
@@ -251,17 +261,48 @@ def planned_decode(original: Callable[..., torch.Tensor]) -> Callable[..., torch
                 seq_lens, encoder_lens, scaling=scaling, enable_gqa=enable_gqa, causal=causal,
                 is_cross_attn=is_cross_attn, sliding_window_size=sliding_window_size,
             )  # fmt: skip
-        if plan.gather is None:  # one request: its keys read in place
-            keys = plan.keys[0]
-            if keys.runs:
-                output.copy_(attend_runs(query, k_cache, v_cache, keys.runs, scaling))
-            else:
-                output.copy_(attend(query, keys.read(k_cache), keys.read(v_cache), 0, scaling))
-            return output
-        output.copy_(gathered_decode(query, k_cache, v_cache, plan.gather, scaling, enable_gqa))
+        output.copy_(planned_step(plan, query, k_cache, v_cache, scaling))
         return output
 
     return run_sdpa_forward_decode
+
+
+def decode_attention(
+    backend: Any,
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scaling: float | None,
+) -> torch.Tensor | None:
+    """A decode step's attention for a self-attention layer without a sliding window, its new
+    keys already in the cache: query [requests, heads, dim] -> [requests, heads, dim]; None
+    where the backend has no plan for this forward."""
+    plan: ForwardPlan | None = getattr(backend, PLAN, None)
+    if plan is None or plan.seq_lens is not seq_lens:
+        return None
+    return planned_step(plan, query, k_cache, v_cache, scaling)
+
+
+def planned_step(
+    plan: ForwardPlan,
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    scaling: float | None,
+) -> torch.Tensor:
+    """One new token per request, its keys read as `plan` found them."""
+    if plan.gather is not None:
+        gqa = query.shape[1] != k_cache.shape[1]
+        return gathered_decode(query, k_cache, v_cache, plan.gather, scaling, gqa)
+    outs = []
+    for index, keys in enumerate(plan.keys):
+        one = query[index : index + 1]
+        if keys.runs:
+            outs.append(attend_runs(one, k_cache, v_cache, keys.runs, scaling))
+        else:
+            outs.append(attend(one, keys.read(k_cache), keys.read(v_cache), 0, scaling))
+    return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
 def attend_runs(
@@ -285,8 +326,8 @@ def attend_runs(
         lses.append(lse)
     lse_all = torch.stack(lses)  # [runs, 1, kv_heads, group]
     weights = (lse_all - torch.logsumexp(lse_all, dim=0)).exp().unsqueeze(-1)
-    out = (torch.stack(parts) * weights).sum(dim=0)  # [1, kv_heads, group, dim]
-    return out.reshape(heads, 1, dim).movedim(1, 0)
+    out = (torch.stack(parts) * weights).sum(dim=0)  # [1, kv_heads, group, dim], in fp32
+    return out.reshape(heads, 1, dim).movedim(1, 0).to(query.dtype)
 
 
 def gathered_decode(

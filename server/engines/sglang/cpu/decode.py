@@ -2,33 +2,43 @@
 per-layer scaffolding.
 
 SGLang 0.5.23 runs each decoder layer through its stage boundaries (residual streams, fused
-norm-and-quantize read-outs, dual-GEMM and activation-quantization checks, module hooks): on a
-GPU that Python is hidden behind the kernels' launch queue, on a CPU it runs in line with them
-(the bench's decode scenario measures a token's time).
+norm-and-quantize read-outs, dual-GEMM and activation-quantization checks, module hooks), and
+each op through its dispatch (`BaseFusedOp.forward`, the attention backend's `forward`, the KV
+pool's checked write): on a GPU that Python hides behind the kernels' launch queue, on a CPU it
+runs in line with them and costs more than the arithmetic of a small model's step.
 
-Here a decode step calls the same pieces in the same order, and nothing else: each layer's RMSNorm
-(the residual added inside it, as SGLang's boundaries do), its linear layers through `linear.matmul`
-(the forms SGLang's own path reaches through the hooked `UnquantizedLinearMethod`), rotary embedding
-and SiLU-and-multiply, each op through its own `forward` (SGLang's choice of implementation for the
-machine), and attention through the layer's `RadixAttention` (so the KV cache is written and read as
-before). The arithmetic is SGLang's own, operation for operation: the same greedy answer came out of
-both paths with the same logprobs to the last bit (the paths alternated in one server), and
-tests/api/test_sglang_server.py checks each decoded token's logprob against SGLang's own prefill of
-the same tokens. A forward this does not cover (prefill and mixed batches, pipeline or tensor
-parallelism, captured hidden states, a quantized or LoRA linear layer, a GPU) goes to SGLang's own
-`LlamaModel.forward`."""
+Here a decode step computes the same layers with the same weights and kernels, and nothing else:
+what does not change between steps (each layer's weights in the forms `linear` made, norm weights,
+head counts, the KV buffers) is gathered once per model (`Plan`); the rotary angles of the step's
+positions are looked up once for all layers; each layer is then its RMSNorms (torch's fused one,
+the residual added before it), its products (torch's int4 kernel called directly where the layer
+has 4-bit groups), the rotation of queries and keys together, the new keys and values copied into
+their cache slots, attention through `attention.decode_attention` (the backend's own plan of the
+step's key reads), and SiLU-and-multiply. It differs from SGLang's own path in rounding only (the
+residual sum is rounded to the model's dtype before the norm, as it is stored, where SGLang norms
+the fp32 sum): tests/api/test_sglang_server.py checks each decoded token's logprob against SGLang's
+own prefill of the same tokens. A forward this does not cover (prefill and mixed batches, pipeline
+or tensor parallelism, captured hidden states, a quantized or LoRA linear layer, another norm,
+rotary or attention backend, a GPU) goes to SGLang's own `LlamaModel.forward`."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
-from server.engines.sglang.cpu import linear
+from server.engines.sglang.cpu import attention, linear
+
+log = logging.getLogger(__name__)
 
 MODEL_FORWARD = "sglang.srt.models.llama.LlamaModel.forward"
-LEAN = "_b3os_lean_decode"  # on the model: whether its layers fit, decided once
+PLAN = "_b3os_lean_decode"  # on the model: its Plan, or None where its layers do not fit
+
+_int4_mm = torch.ops.aten._weight_int4pack_mm_for_cpu
 
 
 def lean_forward(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -48,70 +58,270 @@ def lean_forward(original: Callable[..., Any]) -> Callable[..., Any]:
             and forward_batch.forward_mode.is_decode()
             and input_ids.device.type == "cpu"
             and not self.layers_to_capture
-            and fits(self)
+            and (plan := plan_of(self)) is not None
         ):
-            return decode(self, input_ids, positions, forward_batch)
+            return plan.decode(input_ids, positions, forward_batch)
         return original(self, input_ids, positions, forward_batch, input_embeds, pp_proxy_tensors)
 
     return forward
 
 
-def fits(model: Any) -> bool:
-    """Whether every layer of `model` is a plain Llama decoder layer this path computes as
-    SGLang would, on one rank."""
-    known: bool | None = model.__dict__.get(LEAN)
-    if known is None:
-        known = model.__dict__[LEAN] = _fits(model)
-    return known
+@dataclass(frozen=True, slots=True)
+class Product:
+    """One linear layer's product for a decode step's rows."""
+
+    module: torch.nn.Module
+    groups: tuple[torch.Tensor, torch.Tensor] | None  # the 4-bit form, where it has one
+    bias: torch.Tensor | None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if (
+            self.groups is not None
+            and x.dtype == torch.bfloat16
+            and x.shape[0] <= linear.INT4_MAX_ROWS
+        ):
+            out = _int4_mm(x, self.groups[0], linear.GROUP, self.groups[1])
+            return out if self.bias is None else out.add_(self.bias)
+        found = linear.matmul(self.module, x, self.bias)
+        if found is None:
+            found, _ = self.module(x)
+        return found
 
 
-def _fits(model: Any) -> bool:
-    from sglang.srt.layers.quantization.unquant import UnquantizedLinearMethod
-    from sglang.srt.models.llama import LlamaDecoderLayer
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """What a decoder layer's step reads, gathered once."""
 
-    if not (model.pp_group.is_first_rank and model.pp_group.is_last_rank):
-        return False
-    layers = list(model.layers)[model.start_layer : model.end_layer]
-    for layer in layers:
-        if type(layer) is not LlamaDecoderLayer:
-            return False
-        attn, mlp = layer.self_attn, layer.mlp
-        products = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
-        for product in products:
-            if type(product.quant_method) is not UnquantizedLinearMethod:
-                return False
-            if getattr(product, "tp_size", 1) != 1 or hasattr(product, "set_lora"):
-                return False
-            if linear.int4(product) is None and linear.bf16_copy(product) is None:
-                return False
-    return bool(layers)
+    input_norm: torch.Tensor
+    post_norm: torch.Tensor
+    eps: float
+    qkv: Product
+    o: Product
+    gate_up: Product
+    down: Product
+    heads: int
+    kv_heads: int
+    head_dim: int
+    attention: Any  # the layer's RadixAttention: its id, scaling, and the fallback call
 
 
-def _product(layer: Any, x: torch.Tensor) -> torch.Tensor:
-    out = linear.matmul(layer, x, None if layer.skip_bias_add else layer.bias)
-    if out is None:
-        out, _ = layer(x)
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A Llama model's decode step, for a model every layer of which fits."""
+
+    model: Any
+    layers: tuple[Layer, ...]
+    norm: torch.Tensor
+    eps: float
+    cos_sin: torch.Tensor  # the rotary cache: [positions, head_dim] (cos halves, sin halves)
+
+    def decode(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: Any
+    ) -> torch.Tensor:
+        """The final norm's output for one decode step: [requests, hidden]."""
+        hidden = self.model.embed_tokens(input_ids)
+        rows = hidden.shape[0]
+        cos, sin = _angles(self.cos_sin, positions, hidden.dtype)
+        from sglang.srt.model_executor.forward_context import get_attn_backend
+
+        backend = get_attn_backend()
+        store = _direct_store(backend, hidden.dtype)
+        loc = forward_batch.out_cache_loc.to(torch.int64)
+        residual = hidden
+        x = F.rms_norm(hidden, hidden.shape[-1:], self.layers[0].input_norm, self.layers[0].eps)
+        for index, layer in enumerate(self.layers):
+            if index:
+                residual = hidden + residual
+                x = F.rms_norm(residual, residual.shape[-1:], layer.input_norm, layer.eps)
+            qkv = layer.qkv(x)
+            q_size = layer.heads * layer.head_dim
+            kv_size = layer.kv_heads * layer.head_dim
+            qk = qkv[:, : q_size + kv_size].view(rows, layer.heads + layer.kv_heads, -1)
+            first, second = qk.chunk(2, dim=-1)
+            qk = qk * cos + torch.cat((second, first), dim=-1) * sin
+            q, k = qk[:, : layer.heads], qk[:, layer.heads :]
+            v = qkv[:, q_size + kv_size :].view(rows, layer.kv_heads, -1)
+            if store is None:  # SGLang's own write and read, through the layer
+                out = layer.attention(q.reshape(rows, q_size), k, v, forward_batch)
+            else:
+                out = _attend(layer, q, k, v, store, loc, backend, forward_batch)
+            hidden = layer.o(out.reshape(rows, q_size))
+            residual = hidden + residual
+            x = F.rms_norm(residual, residual.shape[-1:], layer.post_norm, layer.eps)
+            gate_up = layer.gate_up(x)
+            half = gate_up.shape[-1] // 2
+            hidden = layer.down(F.silu(gate_up[:, :half]) * gate_up[:, half:])
+        residual = hidden + residual
+        return F.rms_norm(residual, residual.shape[-1:], self.norm, self.eps)
+
+
+def _attend(
+    layer: Layer,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    store: Any,
+    loc: torch.Tensor,
+    backend: Any,
+    forward_batch: Any,
+) -> torch.Tensor:
+    """The layer's new keys and values written to their slots, and its attention read."""
+    layer_id = layer.attention.layer_id
+    k_cache, v_cache = store.get_key_buffer(layer_id), store.get_value_buffer(layer_id)
+    k_cache.index_copy_(0, loc, k)
+    v_cache.index_copy_(0, loc, v)
+    scaling = layer.attention.scaling
+    out = attention.decode_attention(backend, q, k_cache, v_cache, forward_batch.seq_lens, scaling)
+    if out is None:  # no plan for this forward: the backend's own read
+        out = q.new_empty(q.shape)
+        backend._run_sdpa_forward_decode(
+            q, out, k_cache, v_cache, backend.req_to_token_pool.req_to_token,
+            forward_batch.req_pool_indices, forward_batch.seq_lens, forward_batch.encoder_lens,
+            scaling=scaling, enable_gqa=layer.heads != layer.kv_heads, causal=False,
+        )  # fmt: skip
     return out
 
 
-def decode(
-    model: Any, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: Any
-) -> torch.Tensor:
-    """The final norm's output for one decode step: [requests, hidden]."""
-    hidden = model.embed_tokens(input_ids)
-    residual: torch.Tensor | None = None
-    for layer in list(model.layers)[model.start_layer : model.end_layer]:
-        attn, mlp = layer.self_attn, layer.mlp
-        if residual is None:
-            residual = hidden
-            x = layer.input_layernorm.forward(hidden)
+def _angles(
+    cos_sin: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and signed sin [rows, 1, head_dim] such that x * cos + halves_swapped(x) * sin is
+    SGLang's neox rotation of x, rounding for rounding."""
+    cos, sin = cos_sin.index_select(0, positions.flatten()).to(dtype).chunk(2, dim=-1)
+    return torch.cat((cos, cos), -1).unsqueeze(1), torch.cat((-sin, sin), -1).unsqueeze(1)
+
+
+def _direct_store(backend: Any, dtype: torch.dtype) -> Any:
+    """The KV pool where a step's keys and values can be copied straight into its buffers
+    and read by the plain-torch backend (SGLang's token-major pool, unquantized, in the model's
+    dtype), else None."""
+    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+    pool: Any = getattr(backend, "token_to_kv_pool", None)
+    plain = (
+        type(backend) is TorchNativeAttnBackend
+        and type(pool) is MHATokenToKVPool
+        and pool.kv_cache_layout == "nhd"
+        and not pool.is_quantized_kv_cache
+        and pool.store_dtype == pool.dtype == dtype
+        and pool.layer_transfer_counter is None
+    )
+    return pool if plain else None
+
+
+def plan_of(model: Any) -> Plan | None:
+    """`model`'s plan, made at its first decode step; None where a layer does not fit."""
+    if PLAN not in model.__dict__:
+        found = _plan(model)
+        if isinstance(found, Plan):
+            log.info("decode steps: %d Llama layers computed directly", len(found.layers))
+            model.__dict__[PLAN] = found
         else:
-            x, residual = layer.input_layernorm.forward(hidden, residual)
-        qkv = _product(attn.qkv_proj, x)
-        q, k, v = qkv.split([attn.q_size, attn.kv_size, attn.kv_size], dim=-1)
-        q, k = attn.rotary_emb.forward(positions, q, k)
-        hidden = _product(attn.o_proj, attn.attn(q, k, v, forward_batch))
-        x, residual = layer.post_attention_layernorm.forward(hidden, residual)
-        hidden = _product(mlp.down_proj, mlp.act_fn.forward(_product(mlp.gate_up_proj, x)))
-    normed, _ = model.norm.forward(hidden, residual)
-    return normed
+            log.warning("decode steps: SGLang's own forward, slower on a CPU (%s)", found)
+            model.__dict__[PLAN] = None
+    plan: Plan | None = model.__dict__[PLAN]
+    return plan
+
+
+def _plan(model: Any) -> Plan | str:
+    """The model's plan, or why it has none."""
+    from sglang.srt.layers.activation import SiluAndMul
+    from sglang.srt.layers.layernorm import RMSNorm
+    from sglang.srt.layers.quantization.unquant import UnquantizedLinearMethod
+    from sglang.srt.layers.radix_attention import RadixAttention
+    from sglang.srt.layers.rotary_embedding import RotaryEmbedding
+    from sglang.srt.models.llama import LlamaDecoderLayer
+
+    def plain_norm(norm: Any) -> bool:
+        return (
+            type(norm) is RMSNorm
+            and norm.variance_size_override is None
+            and norm.override_orig_dtype is None
+            and not norm.fp32_residual
+            and not norm.cast_x_before_out_mul
+        )
+
+    def product(module: Any) -> Product | None:
+        if type(module.quant_method) is not UnquantizedLinearMethod:
+            return None
+        if getattr(module, "tp_size", 1) != 1 or hasattr(module, "set_lora"):
+            return None
+        groups = linear.int4(module)
+        if (
+            groups is None
+            and linear.bf16_copy(module) is None
+            and linear.bf16_packed(module) is None
+        ):
+            return None
+        return Product(module, groups, None if module.skip_bias_add else module.bias)
+
+    if not (model.pp_group.is_first_rank and model.pp_group.is_last_rank):
+        return "pipeline parallel"
+    if not plain_norm(model.norm):
+        return f"final norm {type(model.norm).__name__}"
+    layers: list[Layer] = []
+    rotary = None
+    for decoder in list(model.layers)[model.start_layer : model.end_layer]:
+        if type(decoder) is not LlamaDecoderLayer:
+            return f"layer {type(decoder).__name__}"
+        attn, mlp = decoder.self_attn, decoder.mlp
+        radix = attn.attn
+        rotation = attn.rotary_emb
+        if rotary is None:
+            rotary = rotation
+        fits = (
+            plain_norm(decoder.input_layernorm)
+            and plain_norm(decoder.post_attention_layernorm)
+            and decoder.post_attention_layernorm.variance_epsilon
+            == decoder.input_layernorm.variance_epsilon
+            and type(mlp.act_fn) is SiluAndMul
+            and type(radix) is RadixAttention
+            and not radix.is_cross_attention
+            and radix.sliding_window_size in (None, -1)
+            and not radix.logit_cap
+            and radix.qk_head_dim == radix.v_head_dim == attn.head_dim
+            and rotation is rotary
+            and _plain_rotary(rotation, RotaryEmbedding, attn.head_dim)
+        )
+        products = [
+            product(m) for m in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
+        ]
+        if not fits:
+            return f"layer {len(layers)}: its norm, activation, attention or rotary"
+        if any(p is None for p in products):
+            return f"layer {len(layers)}: a quantized, LoRA or sharded linear layer"
+        qkv, o, gate_up, down = (p for p in products if p is not None)
+        layers.append(
+            Layer(
+                decoder.input_layernorm.weight.data,
+                decoder.post_attention_layernorm.weight.data,
+                decoder.input_layernorm.variance_epsilon,
+                qkv,
+                o,
+                gate_up,
+                down,
+                attn.num_heads,
+                attn.num_kv_heads,
+                attn.head_dim,
+                radix,
+            )
+        )
+    if rotary is None:
+        return "no layers"
+    return Plan(model, tuple(layers), model.norm.weight.data, model.norm.variance_epsilon,
+                rotary.cos_sin_cache)  # fmt: skip
+
+
+def _plain_rotary(rotary: Any, base: Any, head_dim: int) -> bool:
+    """SGLang's plain neox rotation over whole heads, its angles in `cos_sin_cache` (the
+    subclasses that only scale the angles, Llama 3's among them, included)."""
+    kind = type(rotary)
+    return (
+        isinstance(rotary, base)
+        and kind.forward_native is base.forward_native
+        and kind.forward_cpu is base.forward_cpu
+        and rotary.is_neox_style
+        and rotary.rotary_dim == head_dim
+        and not hasattr(rotary, "sin_cos_cache")
+    )
