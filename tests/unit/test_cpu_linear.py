@@ -1,6 +1,7 @@
-"""A few rows are multiplied by the weight's 4-bit groups where its values are such groups (a GGUF
-Q4 checkpoint's), in a model computed in fp32 or in bf16; in fp32, one row by a bf16 copy of the
-weight otherwise, more rows by oneDNN's packed weight; each gives the layer's own product."""
+"""A few rows are multiplied by the checkpoint's own 4-bit groups where its folder keeps them (a
+GGUF Q4 checkpoint's) and they give the weight back, in a model computed in fp32 or in bf16; in
+fp32, one row by a bf16 copy of the weight otherwise, more rows by oneDNN's packed weight; each
+gives the layer's own product."""
 
 from __future__ import annotations
 
@@ -9,8 +10,17 @@ from typing import Any
 import pytest
 import torch
 
-from server.engines.sglang.cpu.linear import BF16, BF16_PACKED, INT4, PACKED, faster_linear
+from server.engines.sglang.cpu.linear import (
+    BF16,
+    BF16_PACKED,
+    INT4,
+    PACKED,
+    checkpoint_parts,
+    faster_linear,
+    take_groups,
+)
 from server.engines.sglang.cpu_compat import cpu_computes_bf16
+from server.models.four_bit import Groups
 
 
 class Linear(torch.nn.Module):
@@ -28,15 +38,14 @@ def bf16_checkpoint(rows: int, columns: int) -> Linear:
     return Linear(torch.randn(rows, columns).to(torch.bfloat16).to(torch.float32))
 
 
-def four_bit_checkpoint(rows: int, columns: int) -> Linear:
-    """A GGUF Q4_1 checkpoint's values (each group of 32: scale * q + min, q in 0..15), as the
-    conversion leaves them: bf16, held in fp32."""
-    q = torch.randint(0, 16, (rows, columns // 32, 32)).float()
-    q[..., 0], q[..., 1] = 0, 15  # the block's own minimum and maximum
-    scale = torch.rand(rows, columns // 32, 1) * 0.01 + 1e-3
-    low = torch.randn(rows, columns // 32, 1) * 0.05
-    weight = (q * scale + low).view(rows, columns)
-    return Linear(weight.to(torch.bfloat16).to(torch.float32))
+def four_bit_checkpoint(rows: int, columns: int) -> tuple[Linear, Groups]:
+    """A GGUF Q4_1 checkpoint's groups (each group of 32: q * scale + min, q in 0..15, the scale
+    and minimum f16), and the layer as the conversion leaves it: bf16, held in fp32."""
+    values = torch.randint(0, 16, (rows, columns)).to(torch.uint8)
+    scales = (torch.rand(rows, columns // 32) * 0.01 + 1e-3).half().float()
+    lows = (torch.randn(rows, columns // 32) * 0.05).half().float()
+    groups = Groups(values, scales, lows)
+    return Linear(groups.dequantized().to(torch.bfloat16).to(torch.float32)), groups
 
 
 def four_bit_product(layer: Linear, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -50,29 +59,51 @@ def four_bit_product(layer: Linear, x: torch.Tensor, bias: torch.Tensor) -> torc
 @pytest.mark.parametrize("shape", [(1, 64), (4, 64), (2, 3, 64)])
 def test_a_few_rows_read_a_four_bit_checkpoints_own_groups(shape: tuple[int, ...]) -> None:
     torch.manual_seed(2)
-    layer, x, bias = four_bit_checkpoint(48, 64), torch.randn(shape), torch.randn(48)
+    (layer, groups), x, bias = four_bit_checkpoint(48, 64), torch.randn(shape), torch.randn(48)
+    assert take_groups(layer, groups)
     out = faster_linear(original)(None, layer, x, bias)
-    assert layer.__dict__[INT4] is not None
     assert out.shape == (*shape[:-1], 48) and out.dtype == torch.float32
     assert torch.equal(out, four_bit_product(layer, x, bias))
     # within bf16 rounding of the activations, scales and zeros
     torch.testing.assert_close(out, original(None, layer, x, bias), rtol=2e-2, atol=5e-2)
 
 
-def test_weights_that_are_not_four_bit_groups_keep_every_value() -> None:
+def test_a_layer_without_groups_keeps_every_value() -> None:
     torch.manual_seed(3)
     layer = bf16_checkpoint(48, 64)
     faster_linear(original)(None, layer, torch.randn(1, 64))
-    assert layer.__dict__[INT4] is None  # the bf16 copy served the row instead
+    assert layer.__dict__.get(INT4) is None  # the bf16 copy served the row instead
+    assert BF16 in layer.__dict__
 
 
-def test_a_weight_whose_last_row_is_not_four_bit_groups_keeps_every_value() -> None:
-    """Its first rows, checked alone first, are such groups: the whole weight is checked too."""
+def test_groups_that_do_not_give_the_weight_back_are_refused() -> None:
+    """A folder whose weights are not its blocks' (one value off by a bf16 step): the layer keeps
+    its own values."""
     torch.manual_seed(4)
-    layer = four_bit_checkpoint(48, 64)
-    layer.weight.data[-1] = bf16_checkpoint(1, 64).weight[0]
-    faster_linear(original)(None, layer, torch.randn(1, 64))
+    layer, groups = four_bit_checkpoint(48, 64)
+    layer.weight.data[-1, -1] = layer.weight.data[-1, -1].bfloat16().float() * (1 + 2**-7)
+    assert not take_groups(layer, groups)
     assert layer.__dict__[INT4] is None
+    other, _ = four_bit_checkpoint(48, 64)
+    assert not take_groups(Linear(other.weight[:32]), groups)  # another shape
+
+
+def test_sglangs_stacked_layers_take_the_checkpoints_parts_in_order() -> None:
+    assert checkpoint_parts("model.layers.3.self_attn.qkv_proj") == (
+        "model.layers.3.self_attn.q_proj",
+        "model.layers.3.self_attn.k_proj",
+        "model.layers.3.self_attn.v_proj",
+    )
+    assert checkpoint_parts("model.layers.0.mlp.gate_up_proj") == (
+        "model.layers.0.mlp.gate_proj",
+        "model.layers.0.mlp.up_proj",
+    )
+    assert checkpoint_parts("model.layers.0.mlp.down_proj") == ("model.layers.0.mlp.down_proj",)
+    first, second = four_bit_checkpoint(16, 64)[1], four_bit_checkpoint(32, 64)[1]
+    stacked = Groups.stacked([first, second])
+    assert torch.equal(
+        stacked.dequantized(), torch.cat([first.dequantized(), second.dequantized()])
+    )
 
 
 def test_one_row_reads_the_bf16_copy() -> None:
@@ -108,7 +139,9 @@ def test_a_bf16_model_keeps_its_own_products_but_for_a_few_rows() -> None:
     oneDNN's blocked layout where the CPU multiplies bf16 natively; more rows, the model's own."""
     torch.manual_seed(4)
     plain = Linear(torch.randn(64, 32, dtype=torch.bfloat16))
-    four_bit = Linear(four_bit_checkpoint(48, 64).weight.to(torch.bfloat16))
+    checkpoint, groups = four_bit_checkpoint(48, 64)
+    four_bit = Linear(checkpoint.weight.to(torch.bfloat16))
+    assert take_groups(four_bit, groups)
     bias = torch.randn(48, dtype=torch.bfloat16)
     for rows in (1, 8, 9):
         x = torch.randn(rows, 32, dtype=torch.bfloat16)
@@ -130,7 +163,7 @@ def test_a_bf16_model_keeps_its_own_products_but_for_a_few_rows() -> None:
         else:  # within bf16 rounding of the scales and zeros, and of the product itself
             assert torch.equal(out, four_bit_product(four_bit, x, bias))
             torch.testing.assert_close(out.float(), expected.float(), rtol=2e-2, atol=5e-2)
-    assert plain.__dict__[INT4] is None and four_bit.__dict__[INT4] is not None
+    assert plain.__dict__.get(INT4) is None and four_bit.__dict__[INT4] is not None
     assert (plain.__dict__[BF16_PACKED] is not None) == cpu_computes_bf16()
     assert BF16_PACKED not in four_bit.__dict__  # its few rows read the 4-bit groups
     assert not {BF16, PACKED} & (plain.__dict__.keys() | four_bit.__dict__.keys())

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from server.config import default_cache_dir
-from server.models import embedded
+from server.models import embedded, four_bit
 from server.models.embedded import ModelSetupError, converted_folder, ensure_converted
 
 # config.json and generation_config.json as a conversion before the window was served wrote them.
@@ -120,6 +120,24 @@ def test_a_folder_whose_config_lost_its_rotary_settings_is_converted_again(
     assert conversions == [folder]
     config = json.loads((folder / "config.json").read_text())
     assert config["rope_parameters"] == {**OLD_ROPE, **embedded.ROPE_SCALING}
+
+
+def test_a_folder_converted_before_the_four_bit_blocks_were_kept_is_converted_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = old_conversion(tmp_path)
+    (folder / four_bit.FILE).unlink()
+    conversions = []
+
+    def convert(source: Path, target: Path) -> None:
+        conversions.append(target)
+        shutil.rmtree(target)
+        old_conversion(tmp_path)
+
+    monkeypatch.setattr(embedded, "_convert", convert)
+    assert ensure_converted(tmp_path) == folder
+    assert conversions == [folder]
+    assert (folder / four_bit.FILE).is_file()
 
 
 def test_only_the_gguf_of_the_pinned_package_is_converted(

@@ -4,31 +4,38 @@ and decode steps of a model computed in bf16 (a CPU with AVX-512 BF16).
 
 Each linear layer, and the LM head, keeps its weight in more forms, made before the first
 request. For a few rows (decode steps), which read the whole weight to use it a few times: the
-checkpoint's own 4-bit groups where its values are such groups (a GGUF Q4_0/Q4_1 model, the
-embedded one: an eighth of the fp32 bytes, in torch's int4 kernel), else a bf16 copy (half the
-bytes), in oneDNN's blocked layout where the CPU multiplies bf16 natively (the plain copy's
-one-row product does not keep up with the memory there). For more rows, the fp32 weight packed
-in oneDNN's blocked layout, which runs faster than the plain fp32 GEMM at every size. The
-figures behind each choice are the bench's (its decode rows, beside llama.cpp's).
+checkpoint's own 4-bit groups where its folder keeps them (the embedded model's, read from its
+GGUF's Q4 blocks: see server/models/four_bit.py; an eighth of the fp32 bytes, in torch's int4
+kernel), else a bf16 copy (half the bytes), in oneDNN's blocked layout where the CPU multiplies
+bf16 natively (the plain copy's one-row product does not keep up with the memory there). For more
+rows, the fp32 weight packed in oneDNN's blocked layout, which runs faster than the plain fp32
+GEMM at every size. The figures behind each choice are the bench's (its decode rows, beside
+llama.cpp's).
 
 A model computed in bf16 keeps its products but for a few rows: those run on the checkpoint's own
 4-bit groups, else on its weight in oneDNN's blocked layout (the same values, summed in another
 order).
 
 The checkpoints served are bf16 or coarser, so the bf16 copy holds the checkpoint's own values,
-and the 4-bit form is taken only where it gives them back to within bf16's rounding (checked per
-layer: every value within 2^-7 of its group's largest); on those paths only the activations are
+and the 4-bit groups are taken only where they give the layer's weight back to the last bf16 bit
+(the scales and zeros are rounded to bf16 for the kernel); on those paths only the activations are
 rounded to bf16. The node never reloads weights in place, so the copies stay the weight's."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from server.engines.sglang.cpu_compat import cpu_computes_bf16
+from server.models import four_bit
+from server.models.four_bit import Groups
+
+log = logging.getLogger(__name__)
 
 LOAD_MODEL = "sglang.srt.model_executor.model_runner.ModelRunner.load_model"
 LINEAR = "sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod.apply"
@@ -38,10 +45,8 @@ BF16 = "_b3os_bf16_weight"  # the bf16 copy, on the layer that holds the weight
 BF16_PACKED = "_b3os_bf16_packed_weight"  # the bf16 copy in oneDNN's layout; None: not native
 PACKED = "_b3os_packed_weight"  # oneDNN's packed fp32 weight, likewise
 INT4 = "_b3os_int4_weight"  # (packed 4-bit groups, their scales and zeros), or None: no fit
-GROUP = 32  # values per 4-bit group along a row (GGUF's Q4 block)
+GROUP = four_bit.BLOCK  # values per 4-bit group along a row (GGUF's Q4 block)
 INT4_MAX_ROWS = 8  # where the 4-bit kernel stops beating the packed fp32 GEMM (measured)
-INT4_TOLERANCE = 2**-7  # of a group's largest magnitude: bf16's rounding of the checkpoint
-SAMPLE_ROWS = 16  # checked first, alone
 COMPUTED = (torch.float32, torch.bfloat16)  # the dtypes a model computes in here
 
 
@@ -89,51 +94,38 @@ def packed(layer: torch.nn.Module) -> torch.Tensor | None:
 
 
 def int4(layer: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The weight as torch's packed 4-bit groups, where its values are such groups."""
-    if INT4 in layer.__dict__:
-        found: tuple[torch.Tensor, torch.Tensor] | None = layer.__dict__[INT4]
-        return found
+    """The weight as torch's packed 4-bit groups, where `take_groups` gave it some."""
+    found: tuple[torch.Tensor, torch.Tensor] | None = layer.__dict__.get(INT4)
+    return found
+
+
+def take_groups(layer: torch.nn.Module, groups: Groups) -> bool:
+    """Keeps `groups` (the checkpoint's own 4-bit blocks of the layer's weight) in torch's packed
+    form for the layer's few-row products, where they give its weight back to the last bf16 bit
+    and their shape suits the kernel; whether it did."""
     weight = _float_weight(layer)
-    if weight is None:
-        return None
-    layer.__dict__[INT4] = form = _four_bit_groups(weight.detach())
-    return form
-
-
-def _four_bit_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    rows, columns = weight.shape
-    if columns % GROUP or rows % 16:
-        return None
-    groups = weight.view(rows, columns // GROUP, GROUP)
-    # A weight of other values shows it in its first rows: the embedded model's LM head (28M
-    # values, 8-bit groups) is refused there, in 1/90 (bf16) to 1/600 (fp32) of the time the
-    # whole weight took, measured on the same machine.
-    sample = groups[:SAMPLE_ROWS].float()
-    if _quantized(sample) is None or (found := _quantized(groups.float())) is None:
-        return None
-    q, scale, low = found
-    try:
-        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
-            q.to(torch.int32).view(rows, columns), 1
-        )
-    except RuntimeError:  # a shape or a build the kernel does not take
-        return None
-    # torch's groups are (q - 8) * scale + zero
-    zeros = low + 8 * scale
-    scales_zeros = torch.stack([scale.squeeze(-1).t(), zeros.squeeze(-1).t()], dim=-1)
-    return packed, scales_zeros.contiguous().to(torch.bfloat16)
-
-
-def _quantized(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-    """Each group's 4-bit values, scale and minimum, where they give its values back."""
-    low, high = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)
-    scale = (high - low) / 15
-    scale = torch.where(scale == 0, torch.ones_like(scale), scale)
-    q = torch.round((groups - low) / scale).clamp_(0, 15)
-    error = (q * scale + low - groups).abs()
-    if bool((error > INT4_TOLERANCE * torch.maximum(low.abs(), high.abs())).any()):
-        return None
-    return q, scale, low
+    rows, columns = groups.values.shape
+    form = None
+    if (
+        weight is not None
+        and weight.shape == (rows, columns)
+        and not columns % GROUP
+        and not rows % 16
+        and torch.equal(groups.dequantized().to(torch.bfloat16), weight.to(torch.bfloat16))
+    ):
+        try:
+            packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+                groups.values.to(torch.int32), 1
+            )
+        except RuntimeError:  # a shape or a build the kernel does not take
+            packed = None
+        if packed is not None:
+            # torch's groups are (q - 8) * scale + zero
+            zeros = groups.lows + 8 * groups.scales
+            scales_zeros = torch.stack([groups.scales.t(), zeros.t()], dim=-1)
+            form = packed, scales_zeros.contiguous().to(torch.bfloat16)
+    layer.__dict__[INT4] = form
+    return form is not None
 
 
 def matmul(
@@ -173,27 +165,51 @@ def _blocked_product(rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(rows, weight, None, "none", [], "")
 
 
-def prepare(model: torch.nn.Module) -> None:
+def prepare(model: torch.nn.Module, groups: dict[str, Groups]) -> None:
     """The forms of every linear layer's weight and of the LM head, made before the first
-    request rather than during it (the first forward would otherwise take seconds). A linear
-    layer's fp32 weight is then released, its tensor holding the bf16 copy: every product goes
-    through the other forms. (The LM head's stays: tied to the embedding, it is looked up.)"""
+    request rather than during it (the first forward would otherwise take seconds), the 4-bit
+    ones from the checkpoint's `groups` by weight name (see `checkpoint_parts`). A linear layer's
+    fp32 weight is then released, its tensor holding the bf16 copy: every product goes through
+    the other forms. (The LM head's stays: tied to the embedding, it is looked up.)"""
     from sglang.srt.layers.linear import LinearBase
 
     head = getattr(model, "lm_head", None)
-    for module in model.modules():
+    taken: set[str] = set()
+    for name, module in model.named_modules():
         if isinstance(module, LinearBase) or module is head:
+            names = [f"{part}.weight" for part in checkpoint_parts(name)]
+            found = [groups[part] for part in names if part in groups]
+            if len(found) == len(names) and take_groups(module, Groups.stacked(found)):
+                taken.update(names)
+            else:
+                module.__dict__[INT4] = None
             copy, _ = bf16_copy(module), packed(module)
             if int4(module) is None:  # its one row runs on the bf16 copy
                 bf16_packed(module)
             if isinstance(module, LinearBase) and copy is not None:
                 module.weight.data = copy
+    if left := sorted(groups.keys() - taken):
+        log.warning(
+            "%d of the checkpoint's 4-bit weights fit no layer or do not give its weight back "
+            "(%s, ...): those layers decode on bf16",
+            len(left),
+            left[0],
+        )
+
+
+def checkpoint_parts(name: str) -> tuple[str, ...]:
+    """The checkpoint's layers that SGLang stacks, in order, into its layer `name` (a Llama's q,
+    k and v into `qkv_proj`, gate and up into `gate_up_proj`), or `name` itself."""
+    prefix, _, last = name.rpartition(".")
+    fused = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+    return tuple(f"{prefix}.{part}" for part in fused[last]) if last in fused else (name,)
 
 
 def prepared_after_loading(result: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:
-    """An AFTER hook on `ModelRunner.load_model`."""
+    """An AFTER hook on `ModelRunner.load_model`: the model's forms, with the 4-bit blocks its
+    folder keeps (the embedded model's, from its GGUF)."""
     del args, kwargs
-    prepare(runner.model)
+    prepare(runner.model, four_bit.read(Path(runner.model_config.model_path)))
     return result
 
 

@@ -1,0 +1,136 @@
+"""A GGUF's own 4-bit blocks (Q4_0 and Q4_1: 32 values a block, each a 4-bit integer times the
+block's scale plus its minimum), kept beside the converted bf16 weights so that a decode step
+multiplies the checkpoint's groups themselves rather than groups re-derived from rounded values.
+Written once at conversion (`write`), by the weight's name in the converted folder; read where
+SGLang has loaded the model (`read`). Llama-architecture names (the embedded model's)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where used: the node's settings read FILE without loading torch
+    import numpy as np
+    import torch
+
+FILE = "four_bit_groups.safetensors"
+BLOCK = 32  # values per block, along a row
+# GGUF's names of a Llama layer's linear weights, and the checkpoint's.
+LLAMA_LINEAR = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_LAYER = re.compile(r"blk\.(\d+)\.(\w+)\.weight")
+
+
+@dataclass(frozen=True, slots=True)
+class Groups:
+    """A weight [rows, columns] as 4-bit groups: value * scale + low, BLOCK values a group."""
+
+    values: torch.Tensor  # uint8 [rows, columns], 0..15
+    scales: torch.Tensor  # float32 [rows, columns // BLOCK]
+    lows: torch.Tensor  # float32 [rows, columns // BLOCK]
+
+    def dequantized(self) -> torch.Tensor:
+        rows, columns = self.values.shape
+        grouped = self.values.view(rows, columns // BLOCK, BLOCK).float()
+        return (grouped * self.scales[..., None] + self.lows[..., None]).view(rows, columns)
+
+    def rows(self, order: torch.Tensor) -> Groups:
+        """These groups with their rows in `order`."""
+        return Groups(self.values[order], self.scales[order], self.lows[order])
+
+    @staticmethod
+    def stacked(parts: list[Groups]) -> Groups:
+        """Parts stacked along the rows, as SGLang fuses q, k, v (and gate, up) into one layer."""
+        import torch
+
+        return Groups(
+            torch.cat([part.values for part in parts]),
+            torch.cat([part.scales for part in parts]),
+            torch.cat([part.lows for part in parts]),
+        )
+
+
+def from_blocks(blocks: np.ndarray, kind: str) -> Groups:
+    """A GGUF tensor's raw blocks ([rows, blocks * bytes] uint8) of `kind` Q4_0 or Q4_1: each
+    block its f16 scale (Q4_1: then its f16 minimum; Q4_0: the minimum is -8 scales), then 16
+    bytes whose low nibbles are the block's first 16 values and high nibbles its last 16."""
+    import numpy as np
+    import torch
+
+    header = {"Q4_0": 2, "Q4_1": 4}[kind]
+    rows = blocks.shape[0]
+    per_row = blocks.reshape(rows, -1, header + BLOCK // 2)
+    scales = torch.from_numpy(per_row[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32))
+    if kind == "Q4_1":
+        lows = torch.from_numpy(
+            per_row[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
+        )
+    else:
+        lows = -8 * scales
+    packed = torch.from_numpy(per_row[..., header:].copy())
+    values = torch.cat([packed & 0x0F, packed >> 4], dim=-1).reshape(rows, -1)
+    return Groups(values, scales, lows)
+
+
+def unpermuted_rows(rows: int, heads: int) -> torch.Tensor:
+    """The row order that undoes llama.cpp's conversion of a Llama q or k weight, which
+    interleaves the two rotary halves of each head (as transformers' GGUF loader undoes it)."""
+    import torch
+
+    return torch.arange(rows).reshape(heads, rows // heads // 2, 2).transpose(1, 2).reshape(-1)
+
+
+def write(gguf: Path, folder: Path, heads: int, kv_heads: int) -> int:
+    """The GGUF's Q4_0/Q4_1 Llama linear weights into `folder`/FILE, by their names there (the
+    nibbles two to a byte); how many there were."""
+    import numpy as np
+    import torch
+    from gguf import GGUFReader
+    from safetensors.torch import save_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    for tensor in GGUFReader(gguf).tensors:
+        kind = tensor.tensor_type.name
+        found = _LAYER.fullmatch(tensor.name)
+        if kind not in ("Q4_0", "Q4_1") or found is None or found[2] not in LLAMA_LINEAR:
+            continue
+        groups = from_blocks(np.asarray(tensor.data), kind)
+        if found[2] in ("attn_q", "attn_k"):
+            groups = groups.rows(
+                unpermuted_rows(groups.values.shape[0], heads if found[2] == "attn_q" else kv_heads)
+            )
+        name = f"model.layers.{found[1]}.{LLAMA_LINEAR[found[2]]}.weight"
+        tensors[f"{name}.values"] = groups.values[:, 0::2] | (groups.values[:, 1::2] << 4)
+        tensors[f"{name}.scales"] = groups.scales.to(torch.float16)  # the blocks' own f16
+        tensors[f"{name}.lows"] = groups.lows.to(torch.float16)
+    if tensors:
+        save_file(tensors, str(folder / FILE))
+    return len(tensors) // 3
+
+
+def read(folder: Path) -> dict[str, Groups]:
+    """The groups `write` kept in `folder`, by weight name; none where it kept none."""
+    path = folder / FILE
+    if not path.is_file():
+        return {}
+    import torch
+    from safetensors.torch import load_file
+
+    stored = load_file(str(path))
+    found = {}
+    for key, packed in stored.items():
+        if key.endswith(".values"):
+            name = key.removesuffix(".values")
+            values = torch.stack([packed & 0x0F, packed >> 4], dim=-1).reshape(packed.shape[0], -1)
+            scales, lows = stored[f"{name}.scales"].float(), stored[f"{name}.lows"].float()
+            found[name] = Groups(values, scales, lows)
+    return found
