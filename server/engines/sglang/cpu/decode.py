@@ -9,17 +9,17 @@ runs in line with them and costs more than the arithmetic of a small model's ste
 
 Here a decode step computes the same layers with the same weights and kernels, and nothing else:
 what does not change between steps (each layer's weights in the forms `linear` made, norm weights,
-head counts, the KV buffers) is gathered once per model (`Plan`); the rotary angles of the step's
-positions are looked up once for all layers; each layer is then its RMSNorms (torch's fused one,
-the residual added before it), its products (torch's int4 kernel called directly where the layer
-has 4-bit groups), the rotation of queries and keys together, the new keys and values copied into
-their cache slots, attention through `attention.decode_attention` (the backend's own plan of the
-step's key reads), and SiLU-and-multiply. It differs from SGLang's own path in rounding only (the
-residual sum is rounded to the model's dtype before the norm, as it is stored, where SGLang norms
-the fp32 sum): tests/api/test_sglang_server.py checks each decoded token's logprob against SGLang's
-own prefill of the same tokens. A forward this does not cover (prefill and mixed batches, pipeline
-or tensor parallelism, captured hidden states, a quantized or LoRA linear layer, another norm,
-rotary or attention backend, a GPU) goes to SGLang's own `LlamaModel.forward`."""
+head counts) is gathered once per model (`Plan`); the rotary angles of the step's positions are
+looked up once for all layers; each layer is then its RMSNorms (torch's fused LayerNorm kernel, see
+`Norm`; the residual added before it), its products (torch's int4 kernel called directly where the
+layer has 4-bit groups), the rotation of queries and keys together, the new keys and values copied
+into their cache slots, attention through `attention.decode_attention` (the backend's own plan of
+the step's key reads), and SiLU-and-multiply. It differs from SGLang's own path in rounding only
+(the residual sum is rounded to the model's dtype before the norm, as it is stored, where SGLang
+norms the fp32 sum): tests/api/test_sglang_server.py checks each decoded token's logprob against
+SGLang's own prefill of the same tokens. A forward this does not cover (prefill and mixed
+batches, pipeline or tensor parallelism, captured hidden states, a quantized or LoRA linear layer,
+another norm, rotary or attention backend, a GPU) goes to SGLang's own `LlamaModel.forward`."""
 
 from __future__ import annotations
 
@@ -89,12 +89,30 @@ class Product:
 
 
 @dataclass(frozen=True, slots=True)
+class Norm:
+    """An RMSNorm computed as torch's fused LayerNorm of each row beside its negation: their mean
+    is 0, so their variance is the row's mean square. (torch's rms_norm is several ops on a CPU,
+    each dispatched.)"""
+
+    doubled: torch.Tensor  # the norm's weight, twice over
+    eps: float
+
+    @staticmethod
+    def of(weight: torch.Tensor, eps: float) -> Norm:
+        return Norm(torch.cat((weight, weight)), eps)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        both = torch.cat((x, -x), dim=-1)
+        out = F.layer_norm(both, self.doubled.shape, self.doubled, None, self.eps)[:, : x.shape[-1]]
+        return out if x.shape[0] == 1 else out.contiguous()  # the int4 kernel takes whole rows
+
+
+@dataclass(frozen=True, slots=True)
 class Layer:
     """What a decoder layer's step reads, gathered once."""
 
-    input_norm: torch.Tensor
-    post_norm: torch.Tensor
-    eps: float
+    input_norm: Norm
+    post_norm: Norm
     qkv: Product
     o: Product
     gate_up: Product
@@ -111,8 +129,7 @@ class Plan:
 
     model: Any
     layers: tuple[Layer, ...]
-    norm: torch.Tensor
-    eps: float
+    norm: Norm
     cos_sin: torch.Tensor  # the rotary cache: [positions, head_dim] (cos halves, sin halves)
 
     def decode(
@@ -128,17 +145,16 @@ class Plan:
         store = _direct_store(backend, hidden.dtype)
         loc = forward_batch.out_cache_loc.to(torch.int64)
         residual = hidden
-        x = F.rms_norm(hidden, hidden.shape[-1:], self.layers[0].input_norm, self.layers[0].eps)
+        x = self.layers[0].input_norm(hidden)
         for index, layer in enumerate(self.layers):
             if index:
                 residual = hidden + residual
-                x = F.rms_norm(residual, residual.shape[-1:], layer.input_norm, layer.eps)
+                x = layer.input_norm(residual)
             qkv = layer.qkv(x)
             q_size = layer.heads * layer.head_dim
             kv_size = layer.kv_heads * layer.head_dim
             qk = qkv[:, : q_size + kv_size].view(rows, layer.heads + layer.kv_heads, -1)
-            first, second = qk.chunk(2, dim=-1)
-            qk = qk * cos + torch.cat((second, first), dim=-1) * sin
+            qk = rotated(qk, cos, sin)
             q, k = qk[:, : layer.heads], qk[:, layer.heads :]
             v = qkv[:, q_size + kv_size :].view(rows, layer.kv_heads, -1)
             if store is None:  # SGLang's own write and read, through the layer
@@ -147,12 +163,12 @@ class Plan:
                 out = _attend(layer, q, k, v, store, loc, backend, forward_batch)
             hidden = layer.o(out.reshape(rows, q_size))
             residual = hidden + residual
-            x = F.rms_norm(residual, residual.shape[-1:], layer.post_norm, layer.eps)
+            x = layer.post_norm(residual)
             gate_up = layer.gate_up(x)
             half = gate_up.shape[-1] // 2
             hidden = layer.down(F.silu(gate_up[:, :half]) * gate_up[:, half:])
         residual = hidden + residual
-        return F.rms_norm(residual, residual.shape[-1:], self.norm, self.eps)
+        return self.norm(residual)
 
 
 def _attend(
@@ -180,6 +196,11 @@ def _attend(
             scaling=scaling, enable_gqa=layer.heads != layer.kv_heads, causal=False,
         )  # fmt: skip
     return out
+
+
+def rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [rows, heads, head_dim] rotated by `_angles`' cos and signed sin: the halves swapped."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
 
 
 def _angles(
@@ -273,8 +294,6 @@ def _plan(model: Any) -> Plan | str:
         fits = (
             plain_norm(decoder.input_layernorm)
             and plain_norm(decoder.post_attention_layernorm)
-            and decoder.post_attention_layernorm.variance_epsilon
-            == decoder.input_layernorm.variance_epsilon
             and type(mlp.act_fn) is SiluAndMul
             and type(radix) is RadixAttention
             and not radix.is_cross_attention
@@ -294,9 +313,13 @@ def _plan(model: Any) -> Plan | str:
         qkv, o, gate_up, down = (p for p in products if p is not None)
         layers.append(
             Layer(
-                decoder.input_layernorm.weight.data,
-                decoder.post_attention_layernorm.weight.data,
-                decoder.input_layernorm.variance_epsilon,
+                Norm.of(
+                    decoder.input_layernorm.weight.data, decoder.input_layernorm.variance_epsilon
+                ),
+                Norm.of(
+                    decoder.post_attention_layernorm.weight.data,
+                    decoder.post_attention_layernorm.variance_epsilon,
+                ),
                 qkv,
                 o,
                 gate_up,
@@ -309,8 +332,8 @@ def _plan(model: Any) -> Plan | str:
         )
     if rotary is None:
         return "no layers"
-    return Plan(model, tuple(layers), model.norm.weight.data, model.norm.variance_epsilon,
-                rotary.cos_sin_cache)  # fmt: skip
+    norm = Norm.of(model.norm.weight.data, model.norm.variance_epsilon)
+    return Plan(model, tuple(layers), norm, rotary.cos_sin_cache)
 
 
 def _plain_rotary(rotary: Any, base: Any, head_dim: int) -> bool:
