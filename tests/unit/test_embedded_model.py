@@ -101,6 +101,20 @@ def test_a_folder_converted_before_gets_the_window_and_sampling_without_a_conver
     assert (folder / "model.safetensors").is_symlink()  # the weights as they were
 
 
+def assert_converted_again(cache_dir: Path, monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+    """The next start converts `folder` again, once (the conversion stood in for by a copy)."""
+    conversions = []
+
+    def convert(source: Path, target: Path) -> None:
+        conversions.append(target)
+        shutil.rmtree(target)
+        old_conversion(cache_dir)
+
+    monkeypatch.setattr(embedded, "_convert", convert)
+    assert ensure_converted(cache_dir) == folder
+    assert conversions == [folder]
+
+
 def test_a_folder_whose_config_lost_its_rotary_settings_is_converted_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -108,16 +122,7 @@ def test_a_folder_whose_config_lost_its_rotary_settings_is_converted_again(
     again rather than given the window on top."""
     folder = old_conversion(tmp_path)
     (folder / "config.json").write_text("{}")
-    conversions = []
-
-    def convert(source: Path, target: Path) -> None:
-        conversions.append(target)
-        shutil.rmtree(target)
-        old_conversion(tmp_path)
-
-    monkeypatch.setattr(embedded, "_convert", convert)
-    assert ensure_converted(tmp_path) == folder
-    assert conversions == [folder]
+    assert_converted_again(tmp_path, monkeypatch, folder)
     config = json.loads((folder / "config.json").read_text())
     assert config["rope_parameters"] == {**OLD_ROPE, **embedded.ROPE_SCALING}
 
@@ -127,16 +132,7 @@ def test_a_folder_converted_before_the_four_bit_blocks_were_kept_is_converted_ag
 ) -> None:
     folder = old_conversion(tmp_path)
     (folder / four_bit.FILE).unlink()
-    conversions = []
-
-    def convert(source: Path, target: Path) -> None:
-        conversions.append(target)
-        shutil.rmtree(target)
-        old_conversion(tmp_path)
-
-    monkeypatch.setattr(embedded, "_convert", convert)
-    assert ensure_converted(tmp_path) == folder
-    assert conversions == [folder]
+    assert_converted_again(tmp_path, monkeypatch, folder)
     assert (folder / four_bit.FILE).is_file()
 
 
