@@ -157,5 +157,6 @@ def test_a_node_whose_replacements_did_not_apply_is_refused_at_start(
         "sglang.srt.layers.sampler.top_k_top_p_min_p_sampling_from_probs_torch",
         "sglang.srt.utils.hf_transformers.tokenizer.get_tokenizer",
         "sglang.srt.arg_groups.overrides.supports_mamba_cache_extra_buffer",  # a CPU's
+        "the torch_native attention backend",  # the CPU path's, in SGLang's attention registry
     ):
         assert target in log

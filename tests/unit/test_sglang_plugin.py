@@ -1,5 +1,5 @@
 """The SGLang plugin, as SGLang applies it in each of its processes on a CPU: every replacement
-resolves and applies; the small steps
+resolves and applies, the attention backend through SGLang's attention registry; the small steps
 SGLang wraps in torch.compile run as the eager functions they wrap (inductor would build C++ at
 their first use: seconds held on one request, and a compiler the slim image has not), with
 SGLang's results; and the embedded model's tokenizer, whose folder declares transformers' generic
@@ -71,7 +71,15 @@ planned = plugin.hooks
 plugin.hooks = lambda cpu: [*planned(cpu), gone]
 half = plugin.unapplied(True)
 plugin.hooks = planned
+from sglang.srt.layers.attention import attention_registry
+from server.engines.sglang.cpu import attention
+registered = attention_registry.ATTENTION_BACKENDS["torch_native"]
+backend = registered.__qualname__, registered is attention.create_backend
+attention_registry.register_attention_backend("torch_native")(lambda runner: None)  # another's
+overridden = plugin.unapplied(True)
+attention_registry.register_attention_backend("torch_native")(registered)
 print(json.dumps({"unapplied": applied, "targets": targets, "half": half,
+                  "backend": backend, "overridden": overridden,
                   "penalized": logits.tolist(), "drawn": drawn.shape[0],
                   "compiled": sum(counters["frames"].values()),
                   "tokenizers": {folder: compared(folder) for folder in sys.argv[1:]}}))
@@ -104,8 +112,16 @@ def test_every_replacement_resolves_and_applies(seen: dict[str, Any]) -> None:
     """The CPU path's and the general ones, against the installed SGLang; one whose target is
     not there is named (the node then refuses to start: server/engines/sglang/pins.py)."""
     assert seen["unapplied"] == [], seen["unapplied"]
-    assert len(seen["targets"]) == len(set(seen["targets"])) >= 15
+    assert len(seen["targets"]) == len(set(seen["targets"])) >= 14
     assert seen["half"] == ["sglang.srt.layers.sampler.no_such_function"]
+
+
+def test_the_attention_backend_is_registered_in_sglangs_attention_registry(
+    seen: dict[str, Any],
+) -> None:
+    """Under the name SGLang runs on a CPU without AMX; another factory there is named."""
+    assert seen["backend"] == ["create_backend", True]
+    assert seen["overridden"] == ["the torch_native attention backend"]
 
 
 def test_compiled_steps_run_eagerly_with_sglangs_results(seen: dict[str, Any]) -> None:

@@ -7,7 +7,8 @@ attention backends join SGLang's deterministic lists (they compute each request 
 cache stays on), SGLang's batch-invariant kernels, Triton and GPU-only, are not installed, and its
 seeded sampler and repetition penalty run eagerly, and a hybrid model's prefix cache takes the
 strategy a CPU has (`no_buffer`). On a CPU without AMX it also installs the faster
-plain-torch model path of `cpu/`. In every process it keeps SGLang's list of model modules that do
+plain-torch model path of `cpu/` (its attention backend through SGLang's attention registry, the
+rest through its hook registry). In every process it keeps SGLang's list of model modules that do
 not import on this machine (a dozen lines at each start, none about the model served) at debug
 level. In the processes SGLang spawns it leaves SIGINT to the process that started them.
 """
@@ -55,11 +56,14 @@ def register() -> None:
         # detokenizer would each die of it with a KeyboardInterrupt traceback. The process that
         # started them stops them when it stops.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from sglang.srt.layers.attention.attention_registry import register_attention_backend
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     cpu = on_cpu()
     if cpu:
         _deterministic_backends_on_cpu()
+    for name, factory in attention_backends(cpu):
+        register_attention_backend(name)(factory)
     for planned in hooks(cpu):
         HookRegistry.register(planned.target, planned.hook, HookType[planned.kind])
 
@@ -77,26 +81,51 @@ def hooks(cpu: bool) -> list[Hook]:
         return planned
     planned += _deterministic_inference_on_cpu()
     planned.append(Hook(EXTRA_BUFFER_SUPPORT, _no_extra_buffer, "REPLACE"))
+    if (path := _cpu_path(cpu)) is None:
+        return planned
+    return planned + [Hook(target, hook, kind) for target, hook, kind in path.hooks()]
+
+
+def attention_backends(cpu: bool) -> list[tuple[str, Callable[[Any], Any]]]:
+    """The attention backends this plugin registers in SGLang's attention registry, by name
+    (SGLang's own of that name replaced): on a CPU without AMX, the CPU path's."""
+    return [] if (path := _cpu_path(cpu)) is None else path.backends()
+
+
+def _cpu_path(cpu: bool) -> Any:
+    """The CPU path's module (`cpu/`) where it applies: on a CPU without AMX (SGLang's AMX
+    backend has its own kernels)."""
+    if not cpu:
+        return None
     import torch
 
     if torch.cpu._is_amx_tile_supported():
-        return planned  # SGLang's AMX backend has its own kernels
+        return None
     from server.engines.sglang import cpu as cpu_path
 
-    return planned + [Hook(target, hook, kind) for target, hook, kind in cpu_path.hooks()]
+    return cpu_path
 
 
 def unapplied(cpu: bool) -> list[str]:
-    """What of `hooks(cpu)` SGLang's registry has not applied in this process (after its
-    `load_plugins`): a target that did not resolve, a hook that failed to wrap, or the plugin
-    not run at all. SGLang logs each such failure and goes on; a node refuses to start on it."""
+    """What of `attention_backends(cpu)` and `hooks(cpu)` SGLang's registries do not hold in
+    this process (after its `load_plugins`): a target that did not resolve, a hook that failed
+    to wrap, or the plugin not run at all. SGLang logs each such failure and goes on; a node
+    refuses to start on it."""
+    from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
     from sglang.srt.plugins.hook_registry import HookRegistry
 
     try:
-        wanted = hooks(cpu)
+        wanted, backends = hooks(cpu), attention_backends(cpu)
     except Exception as error:  # a target gone from SGLang: named in the message
         return [f"the plugin's hooks ({type(error).__name__}: {error})"]
-    return [planned.target for planned in wanted if planned.target not in HookRegistry._patched]
+    missing = [
+        f"the {name} attention backend"
+        for name, factory in backends
+        if ATTENTION_BACKENDS.get(name) is not factory
+    ]
+    return missing + [
+        planned.target for planned in wanted if planned.target not in HookRegistry._patched
+    ]
 
 
 def _import_errors_at_debug(record: logging.LogRecord) -> bool:

@@ -4,7 +4,8 @@ in (`linear.py`), prefill chunks sized in time (`chunking.py`), a Llama decode s
 SGLang's per-layer scaffolding (`decode.py`), and the gated RMSNorm of Gated DeltaNet layers,
 Triton's elsewhere (`gated_norm.py`). Installed by the plugin, in every SGLang process; each
 kernel replacement gives SGLang's own results (unit tests compare). The plugin registers
-`hooks()` with SGLang's hook registry."""
+`backends()` in SGLang's attention registry, and `hooks()`, for what SGLang has no extension point,
+with its hook registry."""
 
 from __future__ import annotations
 
@@ -17,9 +18,6 @@ from server.engines.sglang.cpu import attention, chunking, decode, gated_norm, l
 def hooks() -> list[tuple[str, Callable[..., Any], str]]:
     """(target, hook, HookType name) for each piece of SGLang this path replaces or follows."""
     replacements: dict[str, Callable[[Any], Any]] = {
-        attention.EXTEND: attention.planned_extend,
-        attention.DECODE: attention.planned_decode,
-        attention.METADATA: attention.planned_metadata,
         linear.LINEAR: linear.faster_linear,
         linear.LINEAR_INTO: linear.faster_linear_into,
         linear.LM_HEAD: linear.faster_lm_head,
@@ -33,6 +31,12 @@ def hooks() -> list[tuple[str, Callable[..., Any], str]]:
         for target, replacement in replacements.items()
     ]
     return [*planned, (linear.LOAD_MODEL, linear.prepared_after_loading, "AFTER")]
+
+
+def backends() -> list[tuple[str, Callable[[Any], Any]]]:
+    """(name, factory) for each attention backend this path registers in SGLang's attention
+    registry, over SGLang's own of that name."""
+    return [(attention.BACKEND_NAME, attention.create_backend)]
 
 
 def _resolve(target: str) -> Any:

@@ -22,10 +22,9 @@ from typing import Any
 import torch
 from torch.nn.functional import scaled_dot_product_attention
 
-BACKEND = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend"
-EXTEND = f"{BACKEND}._run_sdpa_forward_extend"
-DECODE = f"{BACKEND}._run_sdpa_forward_decode"
-METADATA = f"{BACKEND}.init_forward_metadata"
+# SGLang's attention registry name of its plain-torch backend, which it runs on a CPU without
+# AMX whatever the arguments say: this path's backend is registered under it (`create_backend`).
+BACKEND_NAME = "torch_native"
 PLAN = "_b3os_forward_plan"  # where a forward's plan lives on the backend
 # A decode step reads a request's keys run by run, in place, where its cache slots make at most
 # MAX_RUNS runs of consecutive slots of RUN_TOKENS on average (a long prompt whose prefix the
@@ -115,8 +114,27 @@ def forward_plan(
     return ForwardPlan(seq_lens, keys, gather)
 
 
+def create_backend(runner: Any) -> Any:
+    """SGLang's attention-registry factory for BACKEND_NAME: its plain-torch backend, with the
+    forward's key reads planned (`planned_metadata`) and its prefill and decode attention read
+    as planned (`planned_extend`, `planned_decode`)."""
+    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend as base
+
+    planned = type(
+        "PlannedTorchNativeAttnBackend",
+        (base,),
+        {
+            "__doc__": create_backend.__doc__,
+            "init_forward_metadata": planned_metadata(base.init_forward_metadata),
+            "_run_sdpa_forward_extend": planned_extend(base._run_sdpa_forward_extend),
+            "_run_sdpa_forward_decode": planned_decode(base._run_sdpa_forward_decode),
+        },
+    )
+    return planned(runner)
+
+
 def planned_metadata(original: Callable[..., None]) -> Callable[..., None]:
-    """The replacement for `init_forward_metadata`: also plans the forward's key reads."""
+    """`init_forward_metadata` that also plans the forward's key reads."""
 
     def init_forward_metadata(self: Any, forward_batch: Any) -> None:
         original(self, forward_batch)
@@ -185,7 +203,7 @@ def _usable(plan: ForwardPlan | None, seq_lens: torch.Tensor, **kwargs: Any) -> 
 
 
 def planned_extend(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """The replacement for `_run_sdpa_forward_extend`; what it does not handle (encoder-decoder
+    """`_run_sdpa_forward_extend` read as planned; what it does not handle (encoder-decoder
     models, sliding windows, a forward it has no plan for) goes to the original."""
 
     def run_sdpa_forward_extend(
@@ -231,7 +249,7 @@ def planned_extend(original: Callable[..., torch.Tensor]) -> Callable[..., torch
 
 
 def planned_decode(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """The replacement for `_run_sdpa_forward_decode`; what it does not handle goes to the
+    """`_run_sdpa_forward_decode` read as planned; what it does not handle goes to the
     original."""
 
     def run_sdpa_forward_decode(

@@ -221,7 +221,7 @@ def _direct_store(backend: Any, dtype: torch.dtype) -> Any:
 
     pool: Any = getattr(backend, "token_to_kv_pool", None)
     plain = (
-        type(backend) is TorchNativeAttnBackend
+        isinstance(backend, TorchNativeAttnBackend)
         and type(pool) is MHATokenToKVPool
         and pool.kv_cache_layout == "nhd"
         and not pool.is_quantized_kv_cache
