@@ -129,6 +129,11 @@ def test_keys_in_order_are_read_in_place() -> None:
     assert scattered.runs == ()  # runs too short to be worth a kernel call each: gathered
     long_runs = keys_of(torch.cat([torch.arange(600, 900), torch.arange(10, 300)]).int())
     assert long_runs.slots is not None and long_runs.runs == ((600, 300), (10, 290))
+    assert long_runs.rest is None
+    # A cached prefix, then tokens decoded beside three other streams (every fourth slot).
+    interleaved = keys_of(torch.cat([torch.arange(600, 1000), torch.arange(2000, 2100, 4)]).int())
+    assert interleaved.runs == ((600, 400),)
+    assert interleaved.rest is not None and interleaved.rest.tolist() == list(range(2000, 2100, 4))
 
 
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
@@ -145,6 +150,25 @@ def test_a_decode_over_runs_of_slots_is_sglangs_decode(
     req_to_token = torch.zeros(1, 1024, dtype=torch.int32)
     req_to_token[0, : len(slots)] = torch.tensor(slots)
     assert keys_of(req_to_token[0, : len(slots)]).runs == ((1000, 400), (10, 290), (2000, 300))
+    query = torch.randn(1, heads, dim)
+    pool = torch.arange(1)
+    assert_decode_is_sglangs(backend, query, k_cache, v_cache, req_to_token, pool, [len(slots)])
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
+def test_a_decode_over_a_run_and_scattered_slots_is_sglangs_decode(
+    backend: Any, cache_dtype: torch.dtype
+) -> None:
+    """A cached prefix in one run, then the request's own tokens in every fourth slot (decoded
+    beside three other streams): the run read in place, the rest gathered."""
+    torch.manual_seed(5)
+    heads, kv_heads, dim = 6, 2, 16
+    slots = [*range(1000, 1500), *range(10, 90, 4), 3, 7]
+    k_cache = torch.randn(2400, kv_heads, dim).to(cache_dtype)
+    v_cache = torch.randn(2400, kv_heads, dim).to(cache_dtype)
+    req_to_token = torch.zeros(1, 1024, dtype=torch.int32)
+    req_to_token[0, : len(slots)] = torch.tensor(slots)
+    assert keys_of(req_to_token[0, : len(slots)]).runs == ((1000, 500),)
     query = torch.randn(1, heads, dim)
     pool = torch.arange(1)
     assert_decode_is_sglangs(backend, query, k_cache, v_cache, req_to_token, pool, [len(slots)])
@@ -173,8 +197,10 @@ def test_a_layer_given_another_forward_is_left_to_sglang(backend: Any) -> None:
     "slots",
     [[list(range(40, 120))], [[5, 9, 30, 31, 32, 70]],
      [[*range(1000, 1400), *range(10, 300), *range(2000, 2300)]], [[3, 4, 5], list(range(60, 90))],
-     [list(range(1000, 1300)), [*range(10, 200), 7, 8]]],
-    ids=["in-order", "scattered", "runs", "two-short-requests", "two-long-requests"],
+     [list(range(1000, 1300)), [*range(10, 200), 7, 8]],
+     [[*range(1000, 1300), *range(1500, 1560, 2)], [*range(1000, 1300), *range(1501, 1561, 2)]]],
+    ids=["in-order", "scattered", "runs", "two-short-requests", "two-long-requests",
+         "two-decoding-beside-each-other"],
 )  # fmt: skip
 def test_the_lean_decode_steps_attention_is_sglangs_in_the_querys_dtype(
     backend: Any, slots: list[list[int]]

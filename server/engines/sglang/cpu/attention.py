@@ -26,11 +26,12 @@ from torch.nn.functional import scaled_dot_product_attention
 # AMX whatever the arguments say: this path's backend is registered under it (`create_backend`).
 BACKEND_NAME = "torch_native"
 PLAN = "_b3os_forward_plan"  # where a forward's plan lives on the backend
-# A decode step reads a request's keys run by run, in place, where its cache slots make at most
-# MAX_RUNS runs of consecutive slots of RUN_TOKENS on average (a long prompt whose prefix the
-# radix cache held), else gathers them. At 7,600 tokens the gather copied the whole context in
-# every layer, 61 ms of a 430 ms step; a short context scattered in many short runs is gathered
-# faster than attended run by run (each run is a kernel call: 35 ms a step at 200 tokens).
+# A decode step reads a request's keys in place where they lie in runs of at least RUN_TOKENS
+# consecutive slots (a long prompt, its prefix cached), one kernel call a run, at most MAX_RUNS of
+# them, and gathers the rest (the tokens of streams that decode side by side take every other
+# slot). At 7,600 tokens a whole gather copied the context in every layer, 61 ms of a 430 ms
+# step; a short context scattered in many short runs is gathered faster than attended run by run
+# (each run is a kernel call: 35 ms a step at 200 tokens).
 MAX_RUNS = 16
 RUN_TOKENS = 256
 # A decode step of several requests gathers their keys into one masked product while the longest
@@ -44,13 +45,14 @@ _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 @dataclass(frozen=True, slots=True)
 class Keys:
     """Where one request's keys and values lie in the cache: `length` slots from `first` when
-    they run in order, else the slots themselves, and the runs of consecutive slots they make
-    (first slot, count) where they are few."""
+    they run in order, else the slots themselves; and where a few long runs of consecutive slots
+    hold most of them, those runs (first slot, count) and the slots outside them (`rest`)."""
 
     length: int
     first: int = 0
     slots: torch.Tensor | None = None  # int64
     runs: tuple[tuple[int, int], ...] = ()
+    rest: torch.Tensor | None = None  # int64; None when the runs hold every slot
 
     def read(self, cache: torch.Tensor) -> torch.Tensor:
         """[length, kv_heads, dim], a view of the cache where the slots run in order."""
@@ -68,11 +70,18 @@ def keys_of(row: torch.Tensor) -> Keys:
     starts = [0, *(torch.nonzero(row.diff() != 1).flatten() + 1).tolist()]
     if len(starts) == 1:
         return Keys(length, first)
-    runs: tuple[tuple[int, int], ...] = ()
-    if len(starts) <= MAX_RUNS and length >= RUN_TOKENS * len(starts):
-        ends = [*starts[1:], length]
-        runs = tuple((int(row[a]), b - a) for a, b in zip(starts, ends, strict=True))
-    return Keys(length, first, row.to(torch.int64), runs)
+    ends = [*starts[1:], length]
+    long = [(a, b) for a, b in zip(starts, ends, strict=True) if b - a >= RUN_TOKENS]
+    if not long or len(long) > MAX_RUNS:
+        return Keys(length, first, row.to(torch.int64))
+    runs = tuple((int(row[a]), b - a) for a, b in long)
+    rest = None
+    if sum(b - a for a, b in long) < length:
+        outside = torch.ones(length, dtype=torch.bool)
+        for a, b in long:
+            outside[a:b] = False
+        rest = row[outside].to(torch.int64)
+    return Keys(length, first, row.to(torch.int64), runs, rest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,7 +326,7 @@ def planned_step(
     for index, keys in enumerate(plan.keys):
         one = query[index : index + 1]
         if keys.runs:
-            outs.append(attend_runs(one, k_cache, v_cache, keys.runs, scaling))
+            outs.append(attend_runs(one, k_cache, v_cache, keys.runs, scaling, keys.rest))
         else:
             outs.append(attend(one, keys.read(k_cache), keys.read(v_cache), 0, scaling))
     return outs[0] if len(outs) == 1 else torch.cat(outs)
@@ -329,16 +338,22 @@ def attend_runs(
     v_cache: torch.Tensor,
     runs: tuple[tuple[int, int], ...],
     scaling: float | None,
+    rest: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """query [1, heads, dim], one new token whose keys lie in `runs` of consecutive cache slots:
-    each run attended in place, the parts joined by their log-sum-exp. Returns [1, heads, dim]."""
+    """query [1, heads, dim], one new token whose keys lie in `runs` of consecutive cache slots
+    and in the slots `rest`: each run attended in place, the rest gathered, the parts joined by
+    their log-sum-exp. Returns [1, heads, dim]."""
     _, heads, dim = query.shape
     kv_heads = k_cache.shape[1]
     packed = query.movedim(0, 1).reshape(kv_heads, heads // kv_heads, dim).unsqueeze(0)
+    reads = [
+        (k_cache[first : first + count], v_cache[first : first + count]) for first, count in runs
+    ]
+    if rest is not None:
+        reads.append((k_cache.index_select(0, rest), v_cache.index_select(0, rest)))
     parts, lses = [], []
-    for first, count in runs:
-        k = _heads_first(k_cache[first : first + count], query.dtype)
-        v = _heads_first(v_cache[first : first + count], query.dtype)
+    for key, value in reads:
+        k, v = _heads_first(key, query.dtype), _heads_first(value, query.dtype)
         out, lse = _flash(packed, k, v, scale=scaling)[:2]
         parts.append(out)
         lses.append(lse)
