@@ -29,14 +29,14 @@ PLAN = "_b3os_forward_plan"  # where a forward's plan lives on the backend
 # A decode step reads a request's keys in place where they lie in runs of at least RUN_TOKENS
 # consecutive slots (a long prompt, its prefix cached), one kernel call a run, at most MAX_RUNS of
 # them, and gathers the rest (the tokens of streams that decode side by side take every other
-# slot). At 7,600 tokens a whole gather copied the context in every layer, 61 ms of a 430 ms
-# step; a short context scattered in many short runs is gathered faster than attended run by run
-# (each run is a kernel call: 35 ms a step at 200 tokens).
+# slot): a whole gather copies the context in every layer, while a short context scattered in
+# many short runs is gathered faster than attended run by run (each run is a kernel call).
 MAX_RUNS = 16
 RUN_TOKENS = 256
 # A decode step of several requests gathers their keys into one masked product while the longest
-# context is at most this long, else attends to each request's keys in turn (measured crossover:
-# about 100 tokens, at 4 and at 16 requests).
+# context is at most this long, else attends to each request's keys in turn (the padded gather and
+# masked product cost more than a kernel call a request past about this length; the bench's
+# decode rows at 4 and 16 streams show it).
 GATHER_TOKENS = 128
 
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu

@@ -38,8 +38,6 @@ log = logging.getLogger(__name__)
 MODEL_FORWARD = "sglang.srt.models.llama.LlamaModel.forward"
 PLAN = "_b3os_lean_decode"  # on the model: its Plan, or None where its layers do not fit
 
-_int4_mm = torch.ops.aten._weight_int4pack_mm_for_cpu
-
 
 def lean_forward(original: Callable[..., Any]) -> Callable[..., Any]:
     """The replacement for `LlamaModel.forward`."""
@@ -80,7 +78,7 @@ class Product:
             and x.dtype == torch.bfloat16
             and x.shape[0] <= linear.INT4_MAX_ROWS
         ):
-            out = _int4_mm(x, self.groups[0], linear.GROUP, self.groups[1])
+            out = linear.int4_product(x, self.groups)
             return out if self.bias is None else out.add_(self.bias)
         found = linear.matmul(self.module, x, self.bias)
         if found is None:

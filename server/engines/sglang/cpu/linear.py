@@ -137,11 +137,7 @@ def matmul(
         return None
     rows = x.numel() // x.shape[-1]
     if rows <= INT4_MAX_ROWS and (groups := int4(layer)) is not None:
-        packed_groups, scales_zeros = groups
-        flat = x.reshape(rows, x.shape[-1]).to(torch.bfloat16)
-        product = torch.ops.aten._weight_int4pack_mm_for_cpu(
-            flat, packed_groups, GROUP, scales_zeros
-        )
+        product = int4_product(x.reshape(rows, x.shape[-1]).to(torch.bfloat16), groups)
         out = product.to(x.dtype).view(*x.shape[:-1], -1)
         return out if bias is None else out.add_(bias)
     if x.dtype != torch.float32:  # a bf16 model's own product, its few rows in oneDNN's layout
@@ -158,6 +154,12 @@ def matmul(
     if rows > 1 and (weight := packed(layer)) is not None:
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
     return None
+
+
+def int4_product(rows: torch.Tensor, groups: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """rows [n, in] (bf16, contiguous) times a weight's packed 4-bit `groups` (`int4`), in bf16."""
+    packed_groups, scales_zeros = groups
+    return torch.ops.aten._weight_int4pack_mm_for_cpu(rows, packed_groups, GROUP, scales_zeros)
 
 
 def _blocked_product(rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
