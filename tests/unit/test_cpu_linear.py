@@ -1,26 +1,31 @@
 """A few rows are multiplied by the checkpoint's own 4-bit groups where its folder keeps them (a
 GGUF Q4 checkpoint's) and they give the weight back, in a model computed in fp32 or in bf16; in
-fp32, one row by a bf16 copy of the weight otherwise, more rows by oneDNN's packed weight; each
-gives the layer's own product."""
+fp32, one row by a bf16 copy of the weight otherwise, more rows by oneDNN's packed weight; the LM
+head's few rows by its 8-bit blocks in the compiled kernel; each gives the layer's own product."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from server.engines.sglang.cpu import native
 from server.engines.sglang.cpu.linear import (
     BF16,
     BF16_PACKED,
+    EIGHT_BIT,
     INT4,
     PACKED,
     checkpoint_parts,
     faster_linear,
+    faster_lm_head,
+    take_eight_bit,
     take_groups,
 )
 from server.engines.sglang.cpu_compat import cpu_computes_bf16
-from server.models.four_bit import Groups
+from server.models.gguf_blocks import EightBit, Groups
 
 
 class Linear(torch.nn.Module):
@@ -167,3 +172,33 @@ def test_a_bf16_model_keeps_its_own_products_but_for_a_few_rows() -> None:
     assert (plain.__dict__[BF16_PACKED] is not None) == cpu_computes_bf16()
     assert BF16_PACKED not in four_bit.__dict__  # its few rows read the 4-bit groups
     assert not {BF16, PACKED} & (plain.__dict__.keys() | four_bit.__dict__.keys())
+
+
+class Head(Linear):
+    quant_method = type("UnquantizedEmbeddingMethod", (), {})()
+
+
+def test_the_lm_heads_few_rows_read_its_eight_bit_blocks(tmp_path: Path) -> None:
+    """Taken only with the kernels and where the blocks give the head's weight back; up to the
+    kernel's rows, the blocks' product; more rows, the head's own."""
+    torch.manual_seed(6)
+    kernels = native.Kernels.load(native.build(tmp_path))
+    blocks = EightBit(torch.randint(-127, 128, (40, 64), dtype=torch.int8), torch.rand(40, 2) / 100)
+    head = Head(blocks.dequantized().to(torch.bfloat16))
+    assert not take_eight_bit(head, blocks, None)
+    assert not take_eight_bit(Head(torch.randn(40, 64).bfloat16()), blocks, kernels)
+    assert take_eight_bit(head, blocks, kernels) and head.__dict__[EIGHT_BIT] is not None
+
+    def sglangs(self: Any, hidden: torch.Tensor, lm_head: Any, bias: Any = None) -> Any:
+        return torch.matmul(hidden, lm_head.weight.t())
+
+    for rows in (1, native.MAX_ROWS, native.MAX_ROWS + 1):
+        hidden = torch.randn(rows, 64).bfloat16()
+        out = faster_lm_head(sglangs)(None, hidden, head)
+        assert out.dtype == torch.bfloat16 and out.shape == (rows, 40)
+        if rows <= native.MAX_ROWS:  # the kernel's: the exact product, rounded once to bf16
+            assert torch.equal(out, kernels.eight_bit_product(hidden, blocks))
+            exact = hidden.double() @ blocks.dequantized().double().t()
+            torch.testing.assert_close(out.double(), exact, rtol=8e-3, atol=1e-3)
+        else:
+            assert torch.equal(out, sglangs(None, hidden, head))

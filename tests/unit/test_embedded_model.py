@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from server.config import default_cache_dir
-from server.models import embedded, four_bit
+from server.models import embedded, gguf_blocks
 from server.models.embedded import ModelSetupError, converted_folder, ensure_converted
 
 # config.json and generation_config.json as a conversion before the window was served wrote them.
@@ -127,13 +127,13 @@ def test_a_folder_whose_config_lost_its_rotary_settings_is_converted_again(
     assert config["rope_parameters"] == {**OLD_ROPE, **embedded.ROPE_SCALING}
 
 
-def test_a_folder_converted_before_the_four_bit_blocks_were_kept_is_converted_again(
+def test_a_folder_converted_before_the_gguf_blocks_were_kept_is_converted_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder = old_conversion(tmp_path)
-    (folder / four_bit.FILE).unlink()
+    (folder / gguf_blocks.FILE).unlink()
     assert_converted_again(tmp_path, monkeypatch, folder)
-    assert (folder / four_bit.FILE).is_file()
+    assert (folder / gguf_blocks.FILE).is_file()
 
 
 def test_only_the_gguf_of_the_pinned_package_is_converted(

@@ -4,7 +4,8 @@
 - a stand-in `sgl_kernel` ahead of any installed one, on CPUs without AMX (PyPI's kernel packages
   are CUDA builds; upstream's CPU kernels are built from source for AMX Xeons);
 - torchvision's op schemas (see `server.torch_compat`), in this process and, through a
-  `sitecustomize` on their PYTHONPATH, in the processes SGLang spawns.
+  `sitecustomize` on their PYTHONPATH, in the processes SGLang spawns;
+- the CPU kernels compiled for this machine (`cpu/native.py`), named in their environment.
 """
 
 from __future__ import annotations
@@ -57,3 +58,21 @@ def prepare_cpu_runtime() -> None:
     log.info("CPU without AMX: using the sgl_kernel stand-in and SGLang's plain-torch layers")
     if str(STAND_IN) not in sys.path:
         sys.path.insert(0, str(STAND_IN))  # processes SGLang spawns inherit sys.path
+
+
+def compile_kernels(cache_dir: Path) -> None:
+    """The C kernels of the CPU path without AMX compiled into `cache_dir` (at once where this
+    machine has them) and named for SGLang's processes; without a compiler, logged, and their
+    attention runs on torch's kernels."""
+    if cpu_has_amx():
+        return
+    from server.engines.sglang.cpu import native
+
+    try:
+        path = native.build(cache_dir)
+    except native.BuildError as error:
+        log.warning("CPU kernels not compiled, decode attention runs slower on torch's (%s)", error)
+        os.environ.pop(native.KERNELS_ENV, None)
+        return
+    log.info("CPU kernels: %s", path)
+    os.environ[native.KERNELS_ENV] = str(path)

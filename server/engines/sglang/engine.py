@@ -95,6 +95,7 @@ class SGLangEngine:
         args = server_args(self._settings, self._source)
         if args["device"] == "cpu":
             cpu_compat.prepare_cpu_runtime()
+            cpu_compat.compile_kernels(self._settings.cache_dir)
         os.environ.update(runtime_env(self._settings))  # the scheduler inherits it
         pins.check_versions(args["device"])
         import sglang

@@ -39,6 +39,7 @@ def run(settings: Settings, sglang_args: Sequence[str] = ()) -> int:
     args.update(host=settings.host, port=settings.port, log_level=settings.log_level)
     if args["device"] == "cpu":
         cpu_compat.prepare_cpu_runtime()
+        cpu_compat.compile_kernels(settings.cache_dir)
     os.environ.update(runtime_env(settings))
     pins.check_versions(args["device"])
     from sglang.launch_server import run_server

@@ -11,6 +11,8 @@ key head packed together (so keys are never repeated per head), and the two halv
 by their log-sum-exp. A decode step of several requests with short contexts gathers their keys
 once, padded and masked, into one batched product; with longer ones, whose padded gather and
 masked product cost more than a kernel call each, attends to each request's keys as above.
+Where the node compiled its kernels (`native.py`), a decode step is one call of its paged
+decode-attention kernel a layer instead, which follows each request's slots itself (`Paged`).
 Results are SGLang's own (unit tests compare); the times are the bench's."""
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ from typing import Any
 import torch
 from torch.nn.functional import scaled_dot_product_attention
 
+from server.engines.sglang.cpu import native
+
 # SGLang's attention registry name of its plain-torch backend, which it runs on a CPU without
 # AMX whatever the arguments say: this path's backend is registered under it (`create_backend`).
 BACKEND_NAME = "torch_native"
 PLAN = "_b3os_forward_plan"  # where a forward's plan lives on the backend
+KERNELS = "_b3os_kernels"  # on the backend: the compiled kernels it decodes with, or None
 # A decode step reads a request's keys in place where they lie in runs of at least RUN_TOKENS
 # consecutive slots (a long prompt, its prefix cached), one kernel call a run, at most MAX_RUNS of
 # them, and gathers the rest (the tokens of streams that decode side by side take every other
@@ -91,6 +96,21 @@ class ForwardPlan:
     seq_lens: torch.Tensor  # the forward's own tensor: a layer given another falls back
     keys: tuple[Keys, ...]
     gather: Gather | None = None  # a decode step of several requests with short contexts
+    paged: Paged | None = None  # a decode step read by the compiled kernel (keys not found)
+
+
+@dataclass(frozen=True, slots=True)
+class Paged:
+    """A decode step's reads for the compiled kernel, which follows the slots itself."""
+
+    kernels: native.Kernels
+    req_to_token: torch.Tensor  # [pool rows, tokens] int32
+    rows: torch.Tensor  # [requests] int64: each request's row
+    lengths: torch.Tensor  # [requests] int64
+
+    def plan(self) -> ForwardPlan:
+        """The same reads found for torch's kernels."""
+        return forward_plan(self.req_to_token, self.rows, self.lengths, decode=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +146,8 @@ def forward_plan(
 def create_backend(runner: Any) -> Any:
     """SGLang's attention-registry factory for BACKEND_NAME: its plain-torch backend, with the
     forward's key reads planned (`planned_metadata`) and its prefill and decode attention read
-    as planned (`planned_extend`, `planned_decode`)."""
+    as planned (`planned_extend`, `planned_decode`); decode steps through the compiled kernel
+    where the node compiled one (`native.loaded`) and the cache is of a dtype it reads."""
     from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend as base
 
     planned = type(
@@ -139,7 +160,12 @@ def create_backend(runner: Any) -> Any:
             "_run_sdpa_forward_decode": planned_decode(base._run_sdpa_forward_decode),
         },
     )
-    return planned(runner)
+    backend = planned(runner)
+    pool = backend.token_to_kv_pool
+    kernels = native.loaded()
+    readable = getattr(pool, "store_dtype", None) in (torch.bfloat16, torch.float32)
+    setattr(backend, KERNELS, kernels if readable and pool.dtype == pool.store_dtype else None)
+    return backend
 
 
 def planned_metadata(original: Callable[..., None]) -> Callable[..., None]:
@@ -149,7 +175,14 @@ def planned_metadata(original: Callable[..., None]) -> Callable[..., None]:
         original(self, forward_batch)
         mode = forward_batch.forward_mode
         plan = None
-        if forward_batch.encoder_lens is None and (mode.is_decode() or mode.is_extend()):
+        kernels: native.Kernels | None = getattr(self, KERNELS, None)
+        if forward_batch.encoder_lens is None and mode.is_decode() and kernels is not None:
+            rows = forward_batch.req_pool_indices.to(torch.int64).contiguous()
+            lengths = forward_batch.seq_lens.to(torch.int64).contiguous()
+            req_to_token = self.req_to_token_pool.req_to_token
+            paged = Paged(kernels, req_to_token, rows, lengths)
+            plan = ForwardPlan(forward_batch.seq_lens, (), paged=paged)
+        elif forward_batch.encoder_lens is None and (mode.is_decode() or mode.is_extend()):
             plan = forward_plan(
                 self.req_to_token_pool.req_to_token,
                 forward_batch.req_pool_indices,
@@ -319,6 +352,15 @@ def planned_step(
     scaling: float | None,
 ) -> torch.Tensor:
     """One new token per request, its keys read as `plan` found them."""
+    if plan.paged is not None:
+        paged = plan.paged
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        out = paged.kernels.decode_attention(
+            query, k_cache, v_cache, paged.req_to_token, paged.rows, paged.lengths, scale
+        )
+        return (
+            out if out is not None else planned_step(paged.plan(), query, k_cache, v_cache, scaling)
+        )
     if plan.gather is not None:
         gqa = query.shape[1] != k_cache.shape[1]
         return gathered_decode(query, k_cache, v_cache, plan.gather, scaling, gqa)

@@ -4,22 +4,23 @@ and decode steps of a model computed in bf16 (a CPU with AVX-512 BF16).
 
 Each linear layer, and the LM head, keeps its weight in more forms, made before the first
 request. For a few rows (decode steps), which read the whole weight to use it a few times: the
-checkpoint's own 4-bit groups where its folder keeps them (the embedded model's, read from its
-GGUF's Q4 blocks: see server/models/four_bit.py; an eighth of the fp32 bytes, in torch's int4
-kernel), else a bf16 copy (half the bytes), in oneDNN's blocked layout where the CPU multiplies
-bf16 natively (the plain copy's one-row product does not keep up with the memory there). For more
-rows, the fp32 weight packed in oneDNN's blocked layout, which runs faster than the plain fp32
-GEMM at every size. The figures behind each choice are the bench's (its decode rows, beside
-llama.cpp's).
+checkpoint's own quantized blocks where its folder keeps them (the embedded model's, read from its
+GGUF: see server/models/gguf_blocks.py): a linear layer's 4-bit groups, an eighth of the fp32
+bytes, in torch's int4 kernel; the LM head's 8-bit blocks, a quarter, in the compiled kernel of
+cpu/native.py. Else a bf16 copy (half the bytes), in oneDNN's blocked layout where the CPU
+multiplies bf16 natively (the plain copy's one-row product does not keep up with the memory
+there). For more rows, the fp32 weight packed in oneDNN's blocked layout, which runs faster than
+the plain fp32 GEMM at every size. The figures behind each choice are the bench's (its decode
+rows, beside llama.cpp's).
 
 A model computed in bf16 keeps its products but for a few rows: those run on the checkpoint's own
-4-bit groups, else on its weight in oneDNN's blocked layout (the same values, summed in another
-order).
+blocks, else on its weight in oneDNN's blocked layout (the same values, summed in another order).
 
 The checkpoints served are bf16 or coarser, so the bf16 copy holds the checkpoint's own values,
-and the 4-bit groups are taken only where they give the layer's weight back to the last bf16 bit
-(the scales and zeros are rounded to bf16 for the kernel); on those paths only the activations are
-rounded to bf16. The node never reloads weights in place, so the copies stay the weight's."""
+and the blocks are taken only where they give the layer's weight back to the last bf16 bit (the
+4-bit scales and zeros are rounded to bf16 for torch's kernel; the 8-bit kernel multiplies the
+blocks' own values, exactly, in fp32); on those paths only the activations are rounded to bf16.
+The node never reloads weights in place, so the copies stay the weight's."""
 
 from __future__ import annotations
 
@@ -31,9 +32,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from server.engines.sglang.cpu import native
 from server.engines.sglang.cpu_compat import cpu_computes_bf16
-from server.models import four_bit
-from server.models.four_bit import Groups
+from server.models import gguf_blocks
+from server.models.gguf_blocks import EightBit, Groups
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,8 @@ BF16 = "_b3os_bf16_weight"  # the bf16 copy, on the layer that holds the weight
 BF16_PACKED = "_b3os_bf16_packed_weight"  # the bf16 copy in oneDNN's layout; None: not native
 PACKED = "_b3os_packed_weight"  # oneDNN's packed fp32 weight, likewise
 INT4 = "_b3os_int4_weight"  # (packed 4-bit groups, their scales and zeros), or None: no fit
-GROUP = four_bit.BLOCK  # values per 4-bit group along a row (GGUF's Q4 block)
+EIGHT_BIT = "_b3os_eight_bit_weight"  # on the LM head: (the kernels, its 8-bit blocks), or None
+GROUP = gguf_blocks.BLOCK  # values per 4-bit group along a row (GGUF's Q4 block)
 INT4_MAX_ROWS = 8  # where the 4-bit kernel stops beating the packed fp32 GEMM (measured)
 COMPUTED = (torch.float32, torch.bfloat16)  # the dtypes a model computes in here
 
@@ -167,17 +170,24 @@ def _blocked_product(rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(rows, weight, None, "none", [], "")
 
 
-def prepare(model: torch.nn.Module, groups: dict[str, Groups]) -> None:
+def prepare(
+    model: torch.nn.Module, blocks: gguf_blocks.Blocks, kernels: native.Kernels | None = None
+) -> None:
     """The forms of every linear layer's weight and of the LM head, made before the first
     request rather than during it (the first forward would otherwise take seconds), the 4-bit
-    ones from the checkpoint's `groups` by weight name (see `checkpoint_parts`). A linear layer's
-    fp32 weight is then released, its tensor holding the bf16 copy: every product goes through
-    the other forms. (The LM head's stays: tied to the embedding, it is looked up.)"""
+    ones from the checkpoint's groups by weight name (see `checkpoint_parts`), the LM head's
+    8-bit ones where `kernels` can multiply them. A linear layer's fp32 weight is then released,
+    its tensor holding the bf16 copy: every product goes through the other forms. (The LM head's
+    stays: tied to the embedding, it is looked up.)"""
     from sglang.srt.layers.linear import LinearBase
 
     head = getattr(model, "lm_head", None)
+    groups = blocks.four_bit
     taken: set[str] = set()
     for name, module in model.named_modules():
+        if module is head:
+            eight_bit = blocks.eight_bit.get(f"{name}.weight")
+            take_eight_bit(module, eight_bit, kernels)
         if isinstance(module, LinearBase) or module is head:
             names = [f"{part}.weight" for part in checkpoint_parts(name)]
             found = [groups[part] for part in names if part in groups]
@@ -199,6 +209,34 @@ def prepare(model: torch.nn.Module, groups: dict[str, Groups]) -> None:
         )
 
 
+def take_eight_bit(
+    head: torch.nn.Module, blocks: EightBit | None, kernels: native.Kernels | None
+) -> bool:
+    """Keeps `blocks` (the checkpoint's own 8-bit blocks of the LM head's weight) for the head's
+    few-row products in `kernels`, where they give its weight back to the last bf16 bit; whether
+    it did."""
+    weight = _float_weight(head)
+    fits = (
+        kernels is not None
+        and blocks is not None
+        and weight is not None
+        and weight.shape == blocks.values.shape
+        and torch.equal(blocks.dequantized().to(torch.bfloat16), weight.to(torch.bfloat16))
+    )
+    head.__dict__[EIGHT_BIT] = (kernels, blocks) if fits else None
+    return fits
+
+
+def eight_bit_product(head: torch.nn.Module, x: torch.Tensor) -> torch.Tensor | None:
+    """x [rows, hidden] times the head's 8-bit blocks (`take_eight_bit`), in x's dtype; None
+    where it has none, or x has more rows or another form than the kernel takes."""
+    form: tuple[native.Kernels, EightBit] | None = head.__dict__.get(EIGHT_BIT)
+    if form is None or x.dim() != 2:
+        return None
+    kernels, blocks = form
+    return kernels.eight_bit_product(x, blocks)
+
+
 def checkpoint_parts(name: str) -> tuple[str, ...]:
     """The checkpoint's layers that SGLang stacks, in order, into its layer `name` (a Llama's q,
     k and v into `qkv_proj`, gate and up into `gate_up_proj`), or `name` itself."""
@@ -211,7 +249,8 @@ def prepared_after_loading(result: Any, runner: Any, *args: Any, **kwargs: Any) 
     """An AFTER hook on `ModelRunner.load_model`: the model's forms, with the 4-bit blocks its
     folder keeps (the embedded model's, from its GGUF)."""
     del args, kwargs
-    prepare(runner.model, four_bit.read(Path(runner.model_config.model_path)))
+    path = Path(runner.model_config.model_path)
+    prepare(runner.model, gguf_blocks.read(path), native.loaded())
     return result
 
 
@@ -255,7 +294,11 @@ def faster_lm_head(original: Callable[..., torch.Tensor]) -> Callable[..., torch
     ) -> torch.Tensor:
         method = type(getattr(lm_head, "quant_method", None)).__name__
         plain = method.startswith("Unquantized") and not hasattr(lm_head, "set_lora")
-        out = matmul(lm_head, hidden_states, embedding_bias) if plain else None
+        out = None
+        if plain and embedding_bias is None:
+            out = eight_bit_product(lm_head, hidden_states)
+        if plain and out is None:
+            out = matmul(lm_head, hidden_states, embedding_bias)
         return (
             original(self, hidden_states, lm_head, embedding_bias, **kwargs) if out is None else out
         )

@@ -1,6 +1,6 @@
-"""The GGUF's own 4-bit blocks: read as gguf-py reads them, their rows put back in the checkpoint's
-order, and kept beside the embedded model's converted weights, which they give back to the last
-bf16 bit."""
+"""The GGUF's own blocks (4-bit linear weights, the 8-bit token embedding): read as gguf-py reads
+them, the 4-bit rows put back in the checkpoint's order, and kept beside the embedded model's
+converted weights, which they give back to the last bf16 bit."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from gguf.quants import dequantize, quantize
 from safetensors.torch import load_file
 
 from server.config import default_cache_dir
-from server.models import four_bit
+from server.models import gguf_blocks
 from server.models.embedded import ensure_converted
-from server.models.four_bit import from_blocks, unpermuted_rows
+from server.models.gguf_blocks import eight_bit_blocks, from_blocks, unpermuted_rows
 
 
 @pytest.mark.parametrize("kind", ["Q4_0", "Q4_1"])
@@ -26,6 +26,17 @@ def test_blocks_read_as_gguf_reads_them(kind: str) -> None:
     assert groups.values.shape == (48, 128) and int(groups.values.max()) <= 15
     expected = torch.from_numpy(dequantize(blocks, GGMLQuantizationType[kind]))
     assert torch.equal(groups.dequantized(), expected)
+
+
+def test_eight_bit_blocks_read_as_gguf_reads_them() -> None:
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((40, 96)).astype(np.float32)
+    blocks = quantize(weight, GGMLQuantizationType.Q8_0)
+    eight = eight_bit_blocks(blocks)
+    assert eight.values.dtype == torch.int8 and eight.values.shape == (40, 96)
+    assert eight.scales.shape == (40, 3)
+    expected = torch.from_numpy(dequantize(blocks, GGMLQuantizationType.Q8_0))
+    assert torch.equal(eight.dequantized(), expected)
 
 
 def llama_cpp_permute(weight: torch.Tensor, heads: int) -> torch.Tensor:
@@ -44,11 +55,14 @@ def test_rows_are_put_back_in_the_checkpoints_order(rows: int, heads: int) -> No
 
 
 def test_the_embedded_models_blocks_give_its_converted_weights_back() -> None:
-    """Every 4-bit linear weight of the GGUF (7 a layer, 30 layers), by its name in the folder,
-    equal to the converted bf16 weight to the last bit."""
+    """Every 4-bit linear weight of the GGUF (7 a layer, 30 layers) and its 8-bit token
+    embedding (the tied LM head), by name in the folder, equal to the converted bf16 weight to the
+    last bit."""
     folder = ensure_converted(default_cache_dir())
-    groups = four_bit.read(folder)
+    blocks = gguf_blocks.read(folder)
     weights = load_file(str(folder / "model.safetensors"))
-    assert len(groups) == 7 * 30
-    for name, kept in groups.items():
+    assert len(blocks.four_bit) == 7 * 30
+    assert list(blocks.eight_bit) == ["model.embed_tokens.weight"]
+    kept_weights = [*blocks.four_bit.items(), *blocks.eight_bit.items()]
+    for name, kept in kept_weights:
         assert torch.equal(kept.dequantized().to(torch.bfloat16), weights[name]), name

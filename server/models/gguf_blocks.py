@@ -1,6 +1,8 @@
-"""A GGUF's own 4-bit blocks (Q4_0 and Q4_1: 32 values a block, each a 4-bit integer times the
-block's scale plus its minimum), kept beside the converted bf16 weights so that a decode step
-multiplies the checkpoint's groups themselves rather than groups re-derived from rounded values.
+"""A GGUF's own quantized blocks, kept beside the converted bf16 weights so that a decode step
+multiplies the checkpoint's values themselves, in fewer bytes than bf16, rather than values
+re-derived from rounded ones: the linear layers' 4-bit blocks (Q4_0 and Q4_1: 32 values a block,
+each a 4-bit integer times the block's scale plus its minimum) and the token embedding's 8-bit
+blocks (Q8_0: each value a signed byte times the block's scale), which a tied LM head reads.
 Written once at conversion (`write`), by the weight's name in the converted folder; read where
 SGLang has loaded the model (`read`). Llama-architecture names (the embedded model's)."""
 
@@ -15,8 +17,10 @@ if TYPE_CHECKING:  # imported where used: the node's settings read FILE without 
     import numpy as np
     import torch
 
-FILE = "four_bit_groups.safetensors"
+FILE = "gguf_blocks.safetensors"
 BLOCK = 32  # values per block, along a row
+# GGUF's names of the weights kept in 8-bit blocks, and the checkpoint's.
+EIGHT_BIT = {"token_embd.weight": "model.embed_tokens.weight", "output.weight": "lm_head.weight"}
 # GGUF's names of a Llama layer's linear weights, and the checkpoint's.
 LLAMA_LINEAR = {
     "attn_q": "self_attn.q_proj",
@@ -59,6 +63,40 @@ class Groups:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class EightBit:
+    """A weight [rows, columns] as 8-bit blocks: value * scale, BLOCK values a block."""
+
+    values: torch.Tensor  # int8 [rows, columns]
+    scales: torch.Tensor  # float32 [rows, columns // BLOCK]
+
+    def dequantized(self) -> torch.Tensor:
+        rows, columns = self.values.shape
+        grouped = self.values.view(rows, columns // BLOCK, BLOCK).float()
+        return (grouped * self.scales[..., None]).view(rows, columns)
+
+
+@dataclass(frozen=True, slots=True)
+class Blocks:
+    """What `write` kept, by weight name."""
+
+    four_bit: dict[str, Groups]
+    eight_bit: dict[str, EightBit]
+
+
+def eight_bit_blocks(blocks: np.ndarray) -> EightBit:
+    """A GGUF Q8_0 tensor's raw blocks ([rows, blocks * 34] uint8): each block its f16 scale,
+    then 32 signed bytes."""
+    import numpy as np
+    import torch
+
+    rows = blocks.shape[0]
+    per_row = blocks.reshape(rows, -1, 2 + BLOCK)
+    scales = per_row[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    values = per_row[..., 2:].copy().view(np.int8).reshape(rows, -1)
+    return EightBit(torch.from_numpy(values), torch.from_numpy(scales))
+
+
 def from_blocks(blocks: np.ndarray, kind: str) -> Groups:
     """A GGUF tensor's raw blocks ([rows, blocks * bytes] uint8) of `kind` Q4_0 or Q4_1: each
     block its f16 scale (Q4_1: then its f16 minimum; Q4_0: the minimum is -8 scales), then 16
@@ -90,8 +128,9 @@ def unpermuted_rows(rows: int, heads: int) -> torch.Tensor:
 
 
 def write(gguf: Path, folder: Path, heads: int, kv_heads: int) -> int:
-    """The GGUF's Q4_0/Q4_1 Llama linear weights into `folder`/FILE, by their names there (the
-    nibbles two to a byte); how many there were."""
+    """The GGUF's Q4_0/Q4_1 Llama linear weights (the nibbles two to a byte) and its Q8_0 token
+    embedding and output weights into `folder`/FILE, by their names there; how many there
+    were."""
     import numpy as np
     import torch
     from gguf import GGUFReader
@@ -100,6 +139,11 @@ def write(gguf: Path, folder: Path, heads: int, kv_heads: int) -> int:
     tensors: dict[str, torch.Tensor] = {}
     for tensor in GGUFReader(gguf).tensors:
         kind = tensor.tensor_type.name
+        if kind == "Q8_0" and tensor.name in EIGHT_BIT:
+            eight = eight_bit_blocks(np.asarray(tensor.data))
+            tensors[f"{EIGHT_BIT[tensor.name]}.bytes"] = eight.values
+            tensors[f"{EIGHT_BIT[tensor.name]}.scales"] = eight.scales.to(torch.float16)
+            continue
         found = _LAYER.fullmatch(tensor.name)
         if kind not in ("Q4_0", "Q4_1") or found is None or found[2] not in LLAMA_LINEAR:
             continue
@@ -114,23 +158,26 @@ def write(gguf: Path, folder: Path, heads: int, kv_heads: int) -> int:
         tensors[f"{name}.lows"] = groups.lows.to(torch.float16)
     if tensors:
         save_file(tensors, str(folder / FILE))
-    return len(tensors) // 3
+    return sum(1 for key in tensors if key.endswith((".values", ".bytes")))
 
 
-def read(folder: Path) -> dict[str, Groups]:
-    """The groups `write` kept in `folder`, by weight name; none where it kept none."""
+def read(folder: Path) -> Blocks:
+    """The blocks `write` kept in `folder`, by weight name; none where it kept none."""
+    found = Blocks({}, {})
     path = folder / FILE
     if not path.is_file():
-        return {}
+        return found
     import torch
     from safetensors.torch import load_file
 
     stored = load_file(str(path))
-    found = {}
     for key, packed in stored.items():
         if key.endswith(".values"):
             name = key.removesuffix(".values")
             values = torch.stack([packed & 0x0F, packed >> 4], dim=-1).reshape(packed.shape[0], -1)
             scales, lows = stored[f"{name}.scales"].float(), stored[f"{name}.lows"].float()
-            found[name] = Groups(values, scales, lows)
+            found.four_bit[name] = Groups(values, scales, lows)
+        elif key.endswith(".bytes"):
+            name = key.removesuffix(".bytes")
+            found.eight_bit[name] = EightBit(packed, stored[f"{name}.scales"].float())
     return found

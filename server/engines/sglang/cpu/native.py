@@ -1,0 +1,211 @@
+"""Kernels written in C (`kernels/`), compiled on the machine that runs them, for its own vector
+units, and called through ctypes.
+
+torch has no kernel for a decode step's attention over a paged cache on a CPU: its ops gather the
+context or attend one block of slots at a time, each call dispatched. `decode_attention.c` reads
+the cache where it lies, in one call a layer. The node compiles it at start, in its own process,
+into the cache folder (once per source, compiler and CPU: a second start loads the same file),
+and SGLang's processes load the file named in KERNELS_ENV. Without a C compiler the node logs why
+and attends with torch's kernels."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from server.models.gguf_blocks import EightBit
+
+log = logging.getLogger(__name__)
+
+KERNELS_ENV = "B3OS_INFER_CPU_KERNELS"  # the compiled library's path, for SGLang's processes
+SOURCES = Path(__file__).parent / "kernels"  # its *.c, compiled into one library
+FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC")
+LIBRARIES = ("-lmvec", "-lm")  # glibc's vector expf, which -ffast-math loops call
+
+
+class BuildError(RuntimeError):
+    """The kernels could not be compiled here."""
+
+
+def build(cache_dir: Path) -> Path:
+    """The compiled library, compiled now where this source, compiler and CPU have none yet."""
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise BuildError("no C compiler (cc, gcc or $CC) on PATH")
+    version = _output([compiler, "--version"]).splitlines()[0]
+    sources = sorted(SOURCES.glob("*.c"))
+    digest = hashlib.sha256()
+    for source in sources:
+        digest.update(source.name.encode() + source.read_bytes())
+    for part in (" ".join(FLAGS), version, _cpu()):
+        digest.update(part.encode())
+    target = _folder(cache_dir) / f"cpu-{digest.hexdigest()[:16]}.so"
+    if target.exists():
+        return target
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        built = Path(scratch) / target.name
+        command = [compiler, *FLAGS, "-o", str(built), *map(str, sources), *LIBRARIES]
+        log.info("compiling the CPU kernels: %s", " ".join(command))
+        _output(command)
+        os.replace(built, target)  # whole, whatever another process does at the same time
+    return target
+
+
+def _folder(cache_dir: Path) -> Path:
+    """cache_dir/kernels, or where this user can write when it cannot (a read-only cache)."""
+    for folder in (
+        cache_dir / "kernels",
+        Path(tempfile.gettempdir()) / f"b3os-infer-kernels-{os.getuid()}",
+    ):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(folder, os.W_OK):
+            return folder
+    raise BuildError(f"nowhere to write the kernels: {cache_dir / 'kernels'} is read-only")
+
+
+def _output(command: list[str]) -> str:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    except OSError as error:
+        raise BuildError(f"{command[0]}: {error}") from error
+    if done.returncode != 0:
+        raise BuildError(f"{' '.join(command)} exited {done.returncode}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def _cpu() -> str:
+    """What -march=native compiles for: the machine and its CPU's model and flags."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.machine()
+    wanted = ("model name", "flags", "Features")
+    lines = {line.split(":")[0].strip(): line for line in info.splitlines() if ":" in line}
+    return platform.machine() + "".join(lines.get(key, "") for key in wanted)
+
+
+MAX_ROWS = 16  # the most rows `q8_0_product` takes (block_products.c)
+
+
+@dataclass(frozen=True, slots=True)
+class Kernels:
+    """The compiled library's functions."""
+
+    library: ctypes.CDLL
+
+    @staticmethod
+    def load(path: Path) -> Kernels:
+        library = ctypes.CDLL(str(path))
+        for name in ("decode_attention_bf16", "decode_attention_f32"):
+            function = getattr(library, name)
+            function.restype = ctypes.c_int
+            function.argtypes = [
+                ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_float,
+                ctypes.c_void_p, ctypes.c_int,
+            ]  # fmt: skip
+        product = library.q8_0_product
+        product.restype = ctypes.c_int
+        product.argtypes = [
+            ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.c_int64,
+            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int,
+        ]  # fmt: skip
+        return Kernels(library)
+
+    def eight_bit_product(self, x: torch.Tensor, weight: EightBit) -> torch.Tensor | None:
+        """x [rows, columns] (bf16 or fp32, its rows contiguous) times `weight` (transposed):
+        [rows, outputs] in x's dtype; None where x is not of this form or has more than
+        MAX_ROWS rows."""
+        rows, columns = x.shape
+        outputs = weight.values.shape[0]
+        if not (
+            x.dtype in (torch.bfloat16, torch.float32)
+            and x.stride(1) == 1
+            and 0 < rows <= MAX_ROWS
+            and columns == weight.values.shape[1]
+            and weight.values.dtype == torch.int8
+            and weight.values.is_contiguous()
+            and weight.scales.dtype == torch.float32
+            and weight.scales.is_contiguous()
+        ):
+            return None
+        out = x.new_empty(rows, outputs)
+        failed = self.library.q8_0_product(
+            x.data_ptr(), x.dtype == torch.bfloat16, x.stride(0), rows, columns,
+            weight.values.data_ptr(), weight.scales.data_ptr(), outputs, out.data_ptr(),
+            torch.get_num_threads(),
+        )  # fmt: skip
+        return None if failed else out
+
+    def decode_attention(
+        self,
+        query: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        req_to_token: torch.Tensor,
+        rows: torch.Tensor,
+        lengths: torch.Tensor,
+        scaling: float,
+    ) -> torch.Tensor | None:
+        """query [requests, heads, dim] (each request's heads contiguous); caches [slots,
+        kv_heads, dim] of the query's dtype, contiguous; req_to_token [rows, tokens] int32,
+        contiguous; rows and lengths [requests] int64, contiguous. Returns [requests, heads,
+        dim]: each query against the keys at req_to_token[row, :length]; None where the inputs
+        are not of these forms."""
+        requests, heads, dim = query.shape
+        kv_heads = k_cache.shape[1]
+        dtype = query.dtype
+        if not (
+            dtype in (torch.bfloat16, torch.float32)
+            and k_cache.dtype == v_cache.dtype == dtype
+            and k_cache.shape[1:] == v_cache.shape[1:] == (kv_heads, dim)
+            and k_cache.is_contiguous()
+            and v_cache.is_contiguous()
+            and query.stride(2) == 1
+            and query.stride(1) == dim
+            and req_to_token.dtype == torch.int32
+            and req_to_token.is_contiguous()
+            and rows.dtype == lengths.dtype == torch.int64
+            and rows.is_contiguous()
+            and lengths.is_contiguous()
+            and rows.numel() == lengths.numel() == requests
+        ):
+            return None
+        out = query.new_empty(requests, heads, dim)
+        function = (
+            self.library.decode_attention_bf16
+            if dtype == torch.bfloat16
+            else self.library.decode_attention_f32
+        )
+        failed = function(
+            query.data_ptr(), query.stride(0), k_cache.data_ptr(), v_cache.data_ptr(),
+            req_to_token.data_ptr(), req_to_token.stride(0), rows.data_ptr(), lengths.data_ptr(),
+            requests, heads, kv_heads, dim, scaling, out.data_ptr(), torch.get_num_threads(),
+        )  # fmt: skip
+        return None if failed else out
+
+
+def loaded() -> Kernels | None:
+    """The library the node compiled for SGLang's processes (KERNELS_ENV), or None."""
+    path = os.environ.get(KERNELS_ENV)
+    if not path:
+        return None
+    try:
+        return Kernels.load(Path(path))
+    except (OSError, AttributeError) as error:
+        log.warning("CPU kernels %s not loaded (%s): torch's kernels instead", path, error)
+        return None

@@ -1,0 +1,181 @@
+"""The C kernels of `cpu/native.py`, compiled here as the node compiles them: a decode step's
+attention over SGLang's paged cache gives SGLang's own decode (bf16 and fp32 caches, grouped
+heads, slots in order, scattered or interleaved, contexts of one chunk or many, the vector path
+and the plain one); the 8-bit product gives the blocks' exact product; the library shares torch's
+OpenMP runtime; and a machine without a compiler is told why."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from server.engines.sglang import cpu_compat
+from server.engines.sglang.cpu import native
+from server.engines.sglang.cpu.attention import PLAN, ForwardPlan, Paged, decode_attention
+from server.models.gguf_blocks import EightBit
+from server.torch_compat import ensure_torchvision_loadable
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory: pytest.TempPathFactory) -> native.Kernels:
+    return native.Kernels.load(native.build(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture(scope="module")
+def sglang_decode() -> Any:
+    ensure_torchvision_loadable()
+    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+
+    return TorchNativeAttnBackend._run_sdpa_forward_decode
+
+
+def slot_table(slots: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """SGLang's req_to_token (with a spare row first, so rows are not 0..n), the requests' rows
+    and their lengths."""
+    table = torch.zeros(len(slots) + 1, 4096, dtype=torch.int32)
+    for index, row in enumerate(slots):
+        table[index + 1, : len(row)] = torch.tensor(row, dtype=torch.int32)
+    rows = torch.arange(1, len(slots) + 1)
+    return table, rows, torch.tensor([len(row) for row in slots])
+
+
+SLOTS = {
+    "one-token": [[5]],
+    "in-order": [list(range(10, 60))],
+    "scattered": [torch.randperm(3000, generator=torch.Generator().manual_seed(0))[:700].tolist()],
+    "chunks-and-a-partial-block": [list(range(100, 100 + 3 * 256 + 17))],
+    "requests-side-by-side": [
+        [*range(1000, 1300), *range(1500, 1560, 2)],
+        [*range(2000, 2010), *range(1501, 1561, 2)],
+        [7],
+    ],
+}
+
+
+@pytest.mark.parametrize("layout", list(SLOTS))
+@pytest.mark.parametrize(
+    ("dtype", "heads", "kv_heads", "dim"),
+    [(torch.bfloat16, 9, 3, 64), (torch.bfloat16, 4, 4, 16), (torch.bfloat16, 8, 1, 128),
+     (torch.float32, 9, 3, 64), (torch.float32, 6, 2, 16)],
+    ids=["bf16-grouped-vector", "bf16-plain", "bf16-one-key-head", "fp32-grouped", "fp32-plain"],
+)  # fmt: skip
+def test_decode_attention_is_sglangs_decode(
+    kernels: native.Kernels, sglang_decode: Any, layout: str, dtype: torch.dtype, heads: int,
+    kv_heads: int, dim: int,
+) -> None:  # fmt: skip
+    torch.manual_seed(2)
+    table, rows, lengths = slot_table(SLOTS[layout])
+    k_cache = torch.randn(3200, kv_heads, dim).to(dtype)
+    v_cache = torch.randn(3200, kv_heads, dim).to(dtype)
+    # the lean step's query: a view of the rotated q and k, its rows further apart than its heads
+    qk = torch.randn(len(rows), heads + kv_heads, dim).to(dtype)
+    query = qk[:, :heads]
+    scale = dim**-0.5
+    ours = kernels.decode_attention(query, k_cache, v_cache, table, rows, lengths, scale)
+    expected = sglang_decode(
+        None, query, torch.zeros_like(query), k_cache, v_cache, table, rows, lengths,
+        scaling=scale, enable_gqa=True,
+    )  # fmt: skip
+    assert ours is not None and ours.dtype == dtype
+    tolerance = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(ours, expected, rtol=tolerance, atol=tolerance)
+
+
+def test_what_the_kernel_does_not_take_is_refused(kernels: native.Kernels) -> None:
+    table, rows, lengths = slot_table([[1, 2, 3]])
+    cache = torch.randn(8, 2, 16)
+    half, cache16 = torch.randn(1, 4, 16).half(), cache.half()
+    assert kernels.decode_attention(half, cache16, cache16, table, rows, lengths, 1.0) is None
+    mixed = torch.randn(1, 4, 16).bfloat16()
+    assert kernels.decode_attention(mixed, cache, cache, table, rows, lengths, 1.0) is None
+    too_many = torch.randn(1, 17 * 2, 16)  # 17 heads a key head: past the kernel's bound
+    assert kernels.decode_attention(too_many, cache, cache, table, rows, lengths, 1.0) is None
+
+
+def test_a_paged_plan_decodes_through_the_kernel_and_falls_back(
+    kernels: native.Kernels, sglang_decode: Any
+) -> None:
+    """The backend's plan for a decode step read by the kernel (`Paged`); a query the kernel
+    does not take (fp16) is read with torch's kernels, as planned for them."""
+    torch.manual_seed(4)
+    table, rows, lengths = slot_table(SLOTS["requests-side-by-side"])
+    for dtype in (torch.bfloat16, torch.float16):
+        k_cache, v_cache = torch.randn(3200, 2, 32).to(dtype), torch.randn(3200, 2, 32).to(dtype)
+        query = torch.randn(len(rows), 6, 32).to(dtype)
+        owner = SimpleNamespace(
+            **{PLAN: ForwardPlan(lengths, (), paged=Paged(kernels, table, rows, lengths))}
+        )
+        ours = decode_attention(owner, query, k_cache, v_cache, lengths, 32**-0.5)
+        expected = sglang_decode(
+            None, query, torch.zeros_like(query), k_cache, v_cache, table, rows, lengths,
+            scaling=32**-0.5, enable_gqa=True,
+        )  # fmt: skip
+        assert ours is not None and ours.dtype == dtype
+        torch.testing.assert_close(ours, expected, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 9, 16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_eight_bit_product_is_the_blocks_product(
+    kernels: native.Kernels, rows: int, dtype: torch.dtype
+) -> None:
+    """Exact products summed in fp32: against the dequantized weight in fp64, within fp32
+    summation (and, for bf16, the output's one rounding)."""
+    torch.manual_seed(5)
+    values = torch.randint(-127, 128, (70, 96), dtype=torch.int8)  # 70: a partial tile of 4
+    weight = EightBit(values, torch.rand(70, 3) * 0.01)
+    x = torch.randn(rows, 96).to(dtype)
+    ours = kernels.eight_bit_product(x, weight)
+    expected = x.double() @ weight.dequantized().double().t()
+    assert ours is not None and ours.dtype == dtype and ours.shape == (rows, 70)
+    tolerance = 8e-3 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(ours.double(), expected, rtol=tolerance, atol=tolerance)
+
+
+def test_the_eight_bit_product_refuses_what_it_does_not_take(kernels: native.Kernels) -> None:
+    weight = EightBit(torch.zeros(8, 64, dtype=torch.int8), torch.ones(8, 2))
+    assert kernels.eight_bit_product(torch.randn(17, 64), weight) is None  # past MAX_ROWS
+    assert kernels.eight_bit_product(torch.randn(2, 32), weight) is None  # another width
+    assert kernels.eight_bit_product(torch.randn(2, 64).half(), weight) is None
+
+
+def test_the_library_runs_on_torchs_openmp_runtime(kernels: native.Kernels) -> None:
+    """One libgomp in the process: the kernels' threads are torch's, not a second pool
+    competing for the same cores."""
+    del kernels
+    loaded = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()}
+    assert len([path for path in loaded if "libgomp" in path]) == 1, loaded
+
+
+def test_a_second_build_loads_the_first_ones_library(tmp_path: Path) -> None:
+    first = native.build(tmp_path)
+    made = first.stat().st_mtime_ns
+    assert native.build(tmp_path) == first and first.stat().st_mtime_ns == made
+    assert [path.name for path in (tmp_path / "kernels").iterdir()] == [first.name]
+
+
+def test_a_cache_it_cannot_write_compiles_where_the_user_can(tmp_path: Path) -> None:
+    """(A file where the cache folder should be: no user, root included, makes a folder in it.)"""
+    cache = tmp_path / "cache"
+    cache.write_text("")
+    built = native.build(cache)
+    assert built.is_file() and cache not in built.parents
+    assert native.Kernels.load(built).library is not None
+
+
+def test_without_a_compiler_the_node_says_why_and_attends_with_torch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv(native.KERNELS_ENV, "/stale/library.so")
+    with pytest.raises(native.BuildError, match="no-such-cc"):
+        native.build(tmp_path)
+    cpu_compat.compile_kernels(tmp_path)
+    assert native.KERNELS_ENV not in os.environ
+    assert "CPU kernels not compiled" in caplog.text and "no-such-cc" in caplog.text
+    assert native.loaded() is None
