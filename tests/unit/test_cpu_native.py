@@ -17,8 +17,9 @@ import torch
 from server.engines.sglang import cpu_compat
 from server.engines.sglang.cpu import native
 from server.engines.sglang.cpu.attention import PLAN, ForwardPlan, Paged, decode_attention
-from server.models.gguf_blocks import EightBit
+from server.models.gguf_blocks import EightBit, Groups
 from server.torch_compat import ensure_torchvision_loadable
+from tests.unit.block_reference import block_product
 
 
 @pytest.fixture(scope="module")
@@ -119,29 +120,71 @@ def test_a_paged_plan_decodes_through_the_kernel_and_falls_back(
         torch.testing.assert_close(ours, expected, rtol=2e-2, atol=2e-2)
 
 
+def eight_bit(outputs: int, columns: int) -> EightBit:
+    return EightBit(
+        torch.randint(-127, 128, (outputs, columns), dtype=torch.int8),
+        torch.rand(outputs, columns // 32) / 100,
+    )
+
+
+def four_bit(outputs: int, columns: int) -> Groups:
+    return Groups(
+        torch.randint(0, 16, (outputs, columns), dtype=torch.uint8),
+        torch.rand(outputs, columns // 32) / 100,
+        -torch.rand(outputs, columns // 32) / 10,
+    )
+
+
 @pytest.mark.parametrize("rows", [1, 3, 4, 9, 16])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_the_eight_bit_product_is_the_blocks_product(
-    kernels: native.Kernels, rows: int, dtype: torch.dtype
+@pytest.mark.parametrize("columns", [64, 320, 576])  # 2, 10 and 18 blocks: whole eights and not
+def test_block_products_are_llama_cpps(
+    kernels: native.Kernels, rows: int, dtype: torch.dtype, columns: int
 ) -> None:
-    """Exact products summed in fp32: against the dequantized weight in fp64, within fp32
-    summation (and, for bf16, the output's one rounding)."""
+    """Against the reference in fp64: within fp32 summation (and, for bf16, the output's one
+    rounding); and within the activations' 8-bit rounding of the weight's exact product."""
     torch.manual_seed(5)
-    values = torch.randint(-127, 128, (70, 96), dtype=torch.int8)  # 70: a partial tile of 4
-    weight = EightBit(values, torch.rand(70, 3) * 0.01)
-    x = torch.randn(rows, 96).to(dtype)
-    ours = kernels.eight_bit_product(x, weight)
-    expected = x.double() @ weight.dequantized().double().t()
-    assert ours is not None and ours.dtype == dtype and ours.shape == (rows, 70)
+    x = torch.randn(rows, columns).to(dtype)
+    eight, four = eight_bit(70, columns), four_bit(70, columns)  # 70 outputs: not whole tiles
+    pairs = native.FourBitPairs.of(four)
+    assert pairs is not None
+    cases = [
+        (kernels.eight_bit_product(x, eight), block_product(x, eight.values, eight.scales, None),
+         eight.dequantized()),
+        (kernels.four_bit_product(x, pairs),
+         block_product(x, four.values, four.scales, four.lows), four.dequantized()),
+    ]  # fmt: skip
     tolerance = 8e-3 if dtype == torch.bfloat16 else 1e-5
-    torch.testing.assert_close(ours.double(), expected, rtol=tolerance, atol=tolerance)
+    for ours, reference, weight in cases:
+        assert ours is not None and ours.dtype == dtype and ours.shape == (rows, 70)
+        scale = reference.abs().max()
+        torch.testing.assert_close(ours.double() / scale, reference / scale, rtol=0, atol=tolerance)
+        exact = x.double() @ weight.double().t()
+        torch.testing.assert_close(ours.double() / scale, exact / scale, rtol=0, atol=3e-2)
 
 
-def test_the_eight_bit_product_refuses_what_it_does_not_take(kernels: native.Kernels) -> None:
+def test_a_rows_product_is_the_same_whatever_rows_are_beside_it(kernels: native.Kernels) -> None:
+    torch.manual_seed(7)
+    x = torch.randn(16, 576).bfloat16()
+    eight, pairs = eight_bit(96, 576), native.FourBitPairs.of(four_bit(96, 576))
+    assert pairs is not None
+    for product in (
+        lambda rows: kernels.eight_bit_product(rows, eight),
+        lambda rows: kernels.four_bit_product(rows, pairs),
+    ):
+        together = product(x)
+        assert together is not None
+        for index in (0, 5, 15):
+            alone = product(x[index : index + 1])
+            assert alone is not None and torch.equal(alone[0], together[index])
+
+
+def test_block_products_refuse_what_they_do_not_take(kernels: native.Kernels) -> None:
     weight = EightBit(torch.zeros(8, 64, dtype=torch.int8), torch.ones(8, 2))
     assert kernels.eight_bit_product(torch.randn(17, 64), weight) is None  # past MAX_ROWS
     assert kernels.eight_bit_product(torch.randn(2, 32), weight) is None  # another width
     assert kernels.eight_bit_product(torch.randn(2, 64).half(), weight) is None
+    assert native.FourBitPairs.of(four_bit(8, 96)) is None  # 3 blocks: not whole pairs
 
 
 def test_the_library_runs_on_torchs_openmp_runtime(kernels: native.Kernels) -> None:

@@ -69,14 +69,14 @@ class Product:
     """One linear layer's product for a decode step's rows."""
 
     module: torch.nn.Module
-    groups: tuple[torch.Tensor, torch.Tensor] | None  # the 4-bit form, where it has one
+    groups: linear.FourBit | None  # the 4-bit form, where it has one
     bias: torch.Tensor | None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if (
             self.groups is not None
             and x.dtype == torch.bfloat16
-            and x.shape[0] <= linear.INT4_MAX_ROWS
+            and x.shape[0] <= linear.int4_rows(self.groups)
         ):
             out = linear.int4_product(x, self.groups)
             return out if self.bias is None else out.add_(self.bias)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ LM_HEAD = "sglang.srt.layers.logits_processor.LogitsProcessor._compute_lm_head"
 BF16 = "_b3os_bf16_weight"  # the bf16 copy, on the layer that holds the weight
 BF16_PACKED = "_b3os_bf16_packed_weight"  # the bf16 copy in oneDNN's layout; None: not native
 PACKED = "_b3os_packed_weight"  # oneDNN's packed fp32 weight, likewise
-INT4 = "_b3os_int4_weight"  # (packed 4-bit groups, their scales and zeros), or None: no fit
+INT4 = "_b3os_int4_weight"  # its FourBit form, or None: no fit
 EIGHT_BIT = "_b3os_eight_bit_weight"  # on the LM head: (the kernels, its 8-bit blocks), or None
 GROUP = gguf_blocks.BLOCK  # values per 4-bit group along a row (GGUF's Q4 block)
 INT4_MAX_ROWS = 8  # where the 4-bit kernel stops beating the packed fp32 GEMM (measured)
@@ -96,16 +97,28 @@ def packed(layer: torch.nn.Module) -> torch.Tensor | None:
     return copy
 
 
-def int4(layer: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The weight as torch's packed 4-bit groups, where `take_groups` gave it some."""
-    found: tuple[torch.Tensor, torch.Tensor] | None = layer.__dict__.get(INT4)
+@dataclass(frozen=True, slots=True)
+class FourBit:
+    """A layer's 4-bit groups for its few-row products: in torch's packed form, and where the
+    node compiled its kernels, also in theirs, which one row runs on (`int4_product`)."""
+
+    packed: torch.Tensor  # torch's packed 4-bit values
+    scales_zeros: torch.Tensor  # [groups, outputs, 2] bf16; torch's values are (q - 8) * s + z
+    pairs: tuple[native.Kernels, native.FourBitPairs] | None = None
+
+
+def int4(layer: torch.nn.Module) -> FourBit | None:
+    """The weight as 4-bit groups, where `take_groups` gave it some."""
+    found: FourBit | None = layer.__dict__.get(INT4)
     return found
 
 
-def take_groups(layer: torch.nn.Module, groups: Groups) -> bool:
+def take_groups(
+    layer: torch.nn.Module, groups: Groups, kernels: native.Kernels | None = None
+) -> bool:
     """Keeps `groups` (the checkpoint's own 4-bit blocks of the layer's weight) in torch's packed
-    form for the layer's few-row products, where they give its weight back to the last bf16 bit
-    and their shape suits the kernel; whether it did."""
+    form, and in `kernels`' where given, for the layer's few-row products, where they give its
+    weight back to the last bf16 bit and their shape suits the kernel; whether it did."""
     weight = _float_weight(layer)
     rows, columns = groups.values.shape
     form = None
@@ -126,7 +139,12 @@ def take_groups(layer: torch.nn.Module, groups: Groups) -> bool:
             # torch's groups are (q - 8) * scale + zero
             zeros = groups.lows + 8 * groups.scales
             scales_zeros = torch.stack([groups.scales.t(), zeros.t()], dim=-1)
-            form = packed, scales_zeros.contiguous().to(torch.bfloat16)
+            pairs = None if kernels is None else native.FourBitPairs.of(groups)
+            form = FourBit(
+                packed,
+                scales_zeros.contiguous().to(torch.bfloat16),
+                None if kernels is None or pairs is None else (kernels, pairs),
+            )
     layer.__dict__[INT4] = form
     return form is not None
 
@@ -139,7 +157,7 @@ def matmul(
     if x.dtype not in COMPUTED or x.dim() == 0:
         return None
     rows = x.numel() // x.shape[-1]
-    if rows <= INT4_MAX_ROWS and (groups := int4(layer)) is not None:
+    if (groups := int4(layer)) is not None and rows <= int4_rows(groups):
         product = int4_product(x.reshape(rows, x.shape[-1]).to(torch.bfloat16), groups)
         out = product.to(x.dtype).view(*x.shape[:-1], -1)
         return out if bias is None else out.add_(bias)
@@ -159,10 +177,23 @@ def matmul(
     return None
 
 
-def int4_product(rows: torch.Tensor, groups: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """rows [n, in] (bf16, contiguous) times a weight's packed 4-bit `groups` (`int4`), in bf16."""
-    packed_groups, scales_zeros = groups
-    return torch.ops.aten._weight_int4pack_mm_for_cpu(rows, packed_groups, GROUP, scales_zeros)
+def int4_rows(groups: FourBit) -> int:
+    """The most rows `int4_product` takes for these groups."""
+    return native.MAX_ROWS if groups.pairs is not None else INT4_MAX_ROWS
+
+
+def int4_product(rows: torch.Tensor, groups: FourBit) -> torch.Tensor:
+    """rows [n, in] (bf16, contiguous; n up to `int4_rows`) times a weight's 4-bit `groups`
+    (`int4`), in bf16: in the compiled kernel where the layer has its form (each row quantized
+    to 8 bits per block, as llama.cpp multiplies 4-bit weights; a row's result the same
+    whatever rows are beside it), else in torch's int4 kernel."""
+    if groups.pairs is not None:
+        kernels, pairs = groups.pairs
+        if (out := kernels.four_bit_product(rows, pairs)) is not None:
+            return out
+    return torch.ops.aten._weight_int4pack_mm_for_cpu(
+        rows, groups.packed, GROUP, groups.scales_zeros
+    )
 
 
 def _blocked_product(rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -191,7 +222,8 @@ def prepare(
         if isinstance(module, LinearBase) or module is head:
             names = [f"{part}.weight" for part in checkpoint_parts(name)]
             found = [groups[part] for part in names if part in groups]
-            if len(found) == len(names) and take_groups(module, Groups.stacked(found)):
+            stacked = Groups.stacked(found) if len(found) == len(names) else None
+            if stacked is not None and take_groups(module, stacked, kernels):
                 taken.update(names)
             else:
                 module.__dict__[INT4] = None

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from server.models.gguf_blocks import EightBit
+from server.models.gguf_blocks import EightBit, Groups
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,33 @@ def _cpu() -> str:
     return platform.machine() + "".join(lines.get(key, "") for key in wanted)
 
 
-MAX_ROWS = 16  # the most rows `q8_0_product` takes (block_products.c)
+MAX_ROWS = 16  # the most rows `block_product` takes (block_products.c)
+Q8_0, Q4_1 = 0, 1  # its kinds of weight
+
+
+@dataclass(frozen=True, slots=True)
+class FourBitPairs:
+    """4-bit groups in the form `q4_1_product` reads: a row's blocks two by two, 32 bytes each
+    pair (the first block's values in the low nibbles, the second's in the high ones), and each
+    block's scale and low (a value is q * scale + low)."""
+
+    pairs: torch.Tensor  # uint8 [outputs, columns // 2]
+    scales: torch.Tensor  # float32 [outputs, columns // 32]
+    lows: torch.Tensor  # float32 [outputs, columns // 32]
+
+    @staticmethod
+    def of(groups: Groups) -> FourBitPairs | None:
+        """None where a row is not a whole number of block pairs."""
+        outputs, columns = groups.values.shape
+        if columns % 64:
+            return None
+        values = groups.values.to(torch.uint8).view(outputs, columns // 64, 2, 32)
+        pairs = values[:, :, 0] | (values[:, :, 1] << 4)
+        return FourBitPairs(
+            pairs.reshape(outputs, columns // 2).contiguous(),
+            groups.scales.to(torch.float32).contiguous(),
+            groups.lows.to(torch.float32).contiguous(),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,36 +144,55 @@ class Kernels:
                 ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_float,
                 ctypes.c_void_p, ctypes.c_int,
             ]  # fmt: skip
-        product = library.q8_0_product
+        product = library.block_product
         product.restype = ctypes.c_int
         product.argtypes = [
-            ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.c_int64,
-            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int,
+            ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int,
+            ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+            ctypes.c_void_p, ctypes.c_int,
         ]  # fmt: skip
         return Kernels(library)
 
+    def four_bit_product(self, x: torch.Tensor, weight: FourBitPairs) -> torch.Tensor | None:
+        """x [rows, columns] (bf16 or fp32, its rows contiguous) times `weight` (transposed),
+        as llama.cpp multiplies (`block_products.c`): [rows, outputs] in x's dtype; None where x
+        is not of this form or has more than MAX_ROWS rows."""
+        return self._product(Q4_1, x, weight.pairs, weight.scales, weight.lows)
+
     def eight_bit_product(self, x: torch.Tensor, weight: EightBit) -> torch.Tensor | None:
-        """x [rows, columns] (bf16 or fp32, its rows contiguous) times `weight` (transposed):
-        [rows, outputs] in x's dtype; None where x is not of this form or has more than
-        MAX_ROWS rows."""
+        """x [rows, columns] (bf16 or fp32, its rows contiguous) times `weight` (transposed),
+        as llama.cpp multiplies (`block_products.c`): [rows, outputs] in x's dtype; None where x
+        is not of this form or has more than MAX_ROWS rows."""
+        return self._product(Q8_0, x, weight.values, weight.scales, None)
+
+    def _product(
+        self,
+        kind: int,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        scales: torch.Tensor,
+        lows: torch.Tensor | None,
+    ) -> torch.Tensor | None:
         rows, columns = x.shape
-        outputs = weight.values.shape[0]
+        outputs, blocks = scales.shape
         if not (
             x.dtype in (torch.bfloat16, torch.float32)
             and x.stride(1) == 1
             and 0 < rows <= MAX_ROWS
-            and columns == weight.values.shape[1]
-            and weight.values.dtype == torch.int8
-            and weight.values.is_contiguous()
-            and weight.scales.dtype == torch.float32
-            and weight.scales.is_contiguous()
+            and columns == blocks * 32
+            and weight.element_size() == 1
+            and weight.is_contiguous()
+            and weight.numel() == outputs * (columns // 2 if kind == Q4_1 else columns)
+            and scales.dtype == torch.float32
+            and scales.is_contiguous()
+            and (lows is None or (lows.dtype == torch.float32 and lows.shape == scales.shape))
         ):
             return None
         out = x.new_empty(rows, outputs)
-        failed = self.library.q8_0_product(
-            x.data_ptr(), x.dtype == torch.bfloat16, x.stride(0), rows, columns,
-            weight.values.data_ptr(), weight.scales.data_ptr(), outputs, out.data_ptr(),
-            torch.get_num_threads(),
+        failed = self.library.block_product(
+            kind, x.data_ptr(), x.dtype == torch.bfloat16, x.stride(0), rows, columns,
+            weight.data_ptr(), scales.data_ptr(), None if lows is None else lows.data_ptr(),
+            outputs, out.data_ptr(), torch.get_num_threads(),
         )  # fmt: skip
         return None if failed else out
 

@@ -1,17 +1,21 @@
-/* Products of a few rows (a decode step's) with a weight kept in the checkpoint's own Q8_0
- * blocks, on the CPU: a small model's LM head, which a decode step otherwise reads in bf16, twice
- * the bytes.
+/* Products of a few rows (a decode step's) with a weight kept in the checkpoint's own GGUF
+ * blocks of 32 values along a row, on the CPU, computed as llama.cpp computes them.
  *
- * The weight [outputs, columns] lies as GGUF's Q8_0 blocks of 32 values along a row: 32 signed
- * bytes q, each value q * scale (the scales fp32, [outputs, blocks], GGUF's own f16 widened).
- * Every product is exact in fp32 (q and the scale are, and so is x, bf16 or fp32): each output
- * is the sum over blocks of scale * (q . x), in fp32, rounded once to the output's dtype; the
- * results differ from a bf16 copy's only by that copy's rounding of the weight.
+ * The weight [outputs, columns] is Q8_0 (a small model's LM head: 32 signed bytes q a block, each
+ * value q * scale) or Q4_1 (the linear layers: 4-bit values q, each value q * scale + low; a
+ * row's bytes hold two blocks' values, `pairs`: the low nibbles one block's, the high nibbles the
+ * next one's); scales and lows fp32, [outputs, blocks]. The rows x [m, columns] (bf16 or fp32)
+ * are first quantized per block to signed bytes with the block's own scale (its largest
+ * magnitude over 127: llama.cpp's Q8_0/Q8_1), and each output is the sum over blocks of
+ * scale * x_scale * (q . x_q), the byte dot products in integers, plus low * sum(x) for Q4_1 (the
+ * sum of the block's own values), in fp32, rounded once to x's dtype. Eight blocks' integer sums
+ * are reduced together, so that their scales apply in one vector.
  *
- * Vectorized for AVX2 with FMA where the CPU has them (every x86 CPU this path runs on), else
- * plain loops. Compiled on the machine that runs it (native.py); threads share the outputs,
- * each block converted once for all rows. */
+ * The byte products run in AVX-512 VNNI where the CPU has it, else in AVX2's multiply-add pairs,
+ * else in plain loops. Compiled on the machine that runs it (native.py); threads share the
+ * outputs, each block read once for all rows. */
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #if defined(__AVX2__) && defined(__FMA__)
@@ -21,8 +25,10 @@
 
 #define BLOCK 32
 #define MAX_ROWS 16
-#define OUTPUTS_PER_ITEM 64 /* a thread's share, in whole tiles */
-#define TILE 4              /* outputs, and rows, computed side by side: independent sums */
+#define ROWS 4              /* rows computed side by side */
+#define OUTPUTS_PER_ITEM 64 /* a thread's share of the outputs at a time */
+
+enum { Q8_0 = 0, Q4_1 = 1 };
 
 static inline float from_bf16(uint16_t x) {
     union { uint32_t u; float f; } c;
@@ -36,7 +42,56 @@ static inline uint16_t to_bf16(float f) { /* rounded to nearest even, as torch r
     return (uint16_t)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16);
 }
 
+/* x's rows quantized per block: q [m][columns] int8, and per block its scale and the sum of its
+ * own values, [m][blocks] */
+static void quantize(const void *x, int bf16, int64_t x_stride, int m, int64_t columns,
+                     int8_t *q, float *scale, float *sum) {
+    int64_t blocks = columns / BLOCK;
+    for (int r = 0; r < m; r++)
+        for (int64_t b = 0; b < blocks; b++) {
+            float v[BLOCK], top = 0.0f, total = 0.0f;
+            for (int i = 0; i < BLOCK; i++) {
+                int64_t at = r * x_stride + b * BLOCK + i;
+                v[i] = bf16 ? from_bf16(((const uint16_t *)x)[at]) : ((const float *)x)[at];
+                top = fabsf(v[i]) > top ? fabsf(v[i]) : top;
+                total += v[i];
+            }
+            float inverse = top > 0.0f ? 127.0f / top : 0.0f;
+            for (int i = 0; i < BLOCK; i++)
+                q[r * columns + b * BLOCK + i] = (int8_t)lrintf(v[i] * inverse);
+            scale[r * blocks + b] = top / 127.0f;
+            sum[r * blocks + b] = total;
+        }
+}
+
 #ifdef VECTORS
+/* 8 int32 lanes, each the sum of 4 products of unsigned u and signed s bytes */
+static inline __m256i dot_bytes(__m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+/* 8 int32 lanes, each the sum of 4 products of signed bytes w and x */
+static inline __m256i dot_signed(__m256i w, __m256i x) {
+    return dot_bytes(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+/* lane j: the sum of d[j]'s lanes */
+static inline __m256i sums8(const __m256i d[8]) {
+    __m256i a[4], b[2];
+    for (int k = 0; k < 4; k++)
+        a[k] = _mm256_add_epi32(_mm256_unpacklo_epi32(d[2 * k], d[2 * k + 1]),
+                                _mm256_unpackhi_epi32(d[2 * k], d[2 * k + 1]));
+    for (int k = 0; k < 2; k++)
+        b[k] = _mm256_add_epi32(_mm256_unpacklo_epi64(a[2 * k], a[2 * k + 1]),
+                                _mm256_unpackhi_epi64(a[2 * k], a[2 * k + 1]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(b[0], b[1], 0x20),
+                            _mm256_permute2x128_si256(b[0], b[1], 0x31));
+}
+
 static inline float lanes_sum(__m256 v) {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     x = _mm_add_ps(x, _mm_movehl_ps(x, x));
@@ -44,108 +99,159 @@ static inline float lanes_sum(__m256 v) {
     return _mm_cvtss_f32(x);
 }
 
-/* dots[k * MAX_ROWS + r] = sum over blocks of scale * (q . x), for the T outputs whose bytes
- * start at `weight` (`columns` apart, scales `blocks` apart) and the M rows of x (fp32, `columns`
- * apart); M and T constants where inlined, so that the sums stay in registers. */
-static inline __attribute__((always_inline)) void vector_tile(
-    const float *x, int64_t columns, const int8_t *weight, const float *scales, float *dots,
-    const int M, const int T) {
-    int64_t blocks = columns / BLOCK;
-    __m256 acc[TILE][TILE];
-    for (int k = 0; k < T; k++)
-        for (int r = 0; r < M; r++) acc[k][r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < blocks; b++) {
-        for (int k = 0; k < T; k++) {
-            const int8_t *q = weight + k * columns + b * BLOCK;
-            __m256 w[4];
-            for (int i = 0; i < 4; i++)
-                w[i] = _mm256_cvtepi32_ps(
-                    _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8 * i))));
-            __m256 scale = _mm256_set1_ps(scales[k * blocks + b]);
-            for (int r = 0; r < M; r++) {
-                const float *xb = x + r * columns + b * BLOCK;
-                __m256 dot = _mm256_mul_ps(w[0], _mm256_loadu_ps(xb));
-                for (int i = 1; i < 4; i++)
-                    dot = _mm256_fmadd_ps(w[i], _mm256_loadu_ps(xb + 8 * i), dot);
-                acc[k][r] = _mm256_fmadd_ps(dot, scale, acc[k][r]);
-            }
-        }
+/* Block j of eight from b (Q4_1: j of a pair's two halves) as bytes */
+static inline void load8(const uint8_t *row, int64_t b, const int KIND, __m256i w[8]) {
+    if (KIND == Q8_0) {
+        for (int j = 0; j < 8; j++)
+            w[j] = _mm256_loadu_si256((const __m256i *)(row + (b + j) * BLOCK));
+        return;
     }
-    for (int k = 0; k < T; k++)
-        for (int r = 0; r < M; r++) dots[k * MAX_ROWS + r] = lanes_sum(acc[k][r]);
+    const __m256i low4 = _mm256_set1_epi8(15);
+    for (int j = 0; j < 8; j += 2) {
+        __m256i both = _mm256_loadu_si256((const __m256i *)(row + (b + j) * (BLOCK / 2)));
+        w[j] = _mm256_and_si256(both, low4);
+        w[j + 1] = _mm256_and_si256(_mm256_srli_epi16(both, 4), low4);
+    }
 }
 
-static void tile_of(const float *x, int64_t columns, int rows, int tile, const int8_t *weight,
-                    const float *scales, float *dots) {
-    int64_t blocks = columns / BLOCK;
-    if (tile == TILE) {
-        switch (rows) {
-        case 1: vector_tile(x, columns, weight, scales, dots, 1, TILE); return;
-        case 2: vector_tile(x, columns, weight, scales, dots, 2, TILE); return;
-        case 3: vector_tile(x, columns, weight, scales, dots, 3, TILE); return;
-        default: vector_tile(x, columns, weight, scales, dots, TILE, TILE); return;
+/* One output's sums for the M rows of xq, KIND and M constants where inlined: eight blocks at a
+ * time, then the last few one by one. */
+static inline __attribute__((always_inline)) void one_output(
+    const int8_t *xq, const float *xs, const float *xsum, int64_t blocks, const uint8_t *row,
+    const float *scales, const float *lows, float *out, const int KIND, const int M) {
+    __m256 acc[ROWS];
+    float tail[ROWS];
+    for (int r = 0; r < M; r++) {
+        acc[r] = _mm256_setzero_ps();
+        tail[r] = 0.0f;
+    }
+    int64_t b = 0;
+    for (; b + 8 <= blocks; b += 8) {
+        __m256i w[8];
+        load8(row, b, KIND, w);
+        __m256 scale = _mm256_loadu_ps(scales + b);
+        for (int r = 0; r < M; r++) {
+            const int8_t *x = xq + (r * blocks + b) * BLOCK;
+            __m256i d[8];
+            for (int j = 0; j < 8; j++) {
+                __m256i xj = _mm256_loadu_si256((const __m256i *)(x + j * BLOCK));
+                d[j] = KIND == Q8_0 ? dot_signed(w[j], xj) : dot_bytes(w[j], xj);
+            }
+            __m256 both = _mm256_mul_ps(scale, _mm256_loadu_ps(xs + r * blocks + b));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums8(d)), both, acc[r]);
+            if (KIND == Q4_1)
+                acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(lows + b),
+                                         _mm256_loadu_ps(xsum + r * blocks + b), acc[r]);
         }
     }
-    for (int k = 0; k < tile; k++)
-        for (int r = 0; r < rows; r++)
-            vector_tile(x + r * columns, columns, weight + k * columns, scales + k * blocks,
-                        dots + k * MAX_ROWS + r, 1, 1);
+    for (; b < blocks; b++) {
+        __m256i w;
+        if (KIND == Q8_0) {
+            w = _mm256_loadu_si256((const __m256i *)(row + b * BLOCK));
+        } else {
+            __m256i both = _mm256_loadu_si256((const __m256i *)(row + (b & ~1) * (BLOCK / 2)));
+            w = _mm256_and_si256(b & 1 ? _mm256_srli_epi16(both, 4) : both, _mm256_set1_epi8(15));
+        }
+        for (int r = 0; r < M; r++) {
+            __m256i xj = _mm256_loadu_si256((const __m256i *)(xq + (r * blocks + b) * BLOCK));
+            __m256i d = KIND == Q8_0 ? dot_signed(w, xj) : dot_bytes(w, xj);
+            float dot = lanes_sum(_mm256_cvtepi32_ps(d)); /* exact: |dot| < 2^24 */
+            tail[r] += dot * scales[b] * xs[r * blocks + b];
+            if (KIND == Q4_1) tail[r] += lows[b] * xsum[r * blocks + b];
+        }
+    }
+    for (int r = 0; r < M; r++) out[r] = lanes_sum(acc[r]) + tail[r];
+}
+
+static void outputs_of(int kind, const int8_t *xq, const float *xs, const float *xsum,
+                       int64_t blocks, int rows, const uint8_t *row, const float *scales,
+                       const float *lows, float *out) {
+#define ONE(KIND, M) one_output(xq, xs, xsum, blocks, row, scales, lows, out, KIND, M)
+    if (kind == Q8_0) {
+        switch (rows) {
+        case 1: ONE(Q8_0, 1); return;
+        case 2: ONE(Q8_0, 2); return;
+        case 3: ONE(Q8_0, 3); return;
+        default: ONE(Q8_0, ROWS); return;
+        }
+    }
+    switch (rows) {
+    case 1: ONE(Q4_1, 1); return;
+    case 2: ONE(Q4_1, 2); return;
+    case 3: ONE(Q4_1, 3); return;
+    default: ONE(Q4_1, ROWS); return;
+    }
+#undef ONE
 }
 #else
-static void tile_of(const float *x, int64_t columns, int rows, int tile, const int8_t *weight,
-                    const float *scales, float *dots) {
-    int64_t blocks = columns / BLOCK;
-    for (int k = 0; k < tile; k++)
-        for (int r = 0; r < rows; r++) {
-            float total = 0.0f;
-            for (int64_t b = 0; b < blocks; b++) {
-                const int8_t *q = weight + k * columns + b * BLOCK;
-                const float *xb = x + r * columns + b * BLOCK;
-                float dot = 0.0f;
-                for (int i = 0; i < BLOCK; i++) dot += (float)q[i] * xb[i];
-                total += dot * scales[k * blocks + b];
+static void outputs_of(int kind, const int8_t *xq, const float *xs, const float *xsum,
+                       int64_t blocks, int rows, const uint8_t *row, const float *scales,
+                       const float *lows, float *out) {
+    for (int r = 0; r < rows; r++) {
+        float total = 0.0f;
+        for (int64_t b = 0; b < blocks; b++) {
+            const int8_t *x = xq + (r * blocks + b) * BLOCK;
+            int32_t dot = 0;
+            if (kind == Q8_0) {
+                const int8_t *w = (const int8_t *)row + b * BLOCK;
+                for (int i = 0; i < BLOCK; i++) dot += w[i] * x[i];
+            } else {
+                const uint8_t *w = row + (b / 2) * BLOCK;
+                int shift = b % 2 ? 4 : 0;
+                for (int i = 0; i < BLOCK; i++) dot += ((w[i] >> shift) & 15) * x[i];
             }
-            dots[k * MAX_ROWS + r] = total;
+            total += (float)dot * scales[b] * xs[r * blocks + b];
+            if (kind == Q4_1) total += lows[b] * xsum[r * blocks + b];
         }
+        out[r] = total;
+    }
 }
 #endif
 
-/* x [m, columns], bf16 where `bf16` else fp32, rows x_stride apart; weight [outputs, columns]
- * int8 and scales [outputs, columns / 32]; out [m, outputs] in x's dtype, contiguous. Returns 0,
- * or -1 where a shape is past the kernel's bounds or memory ran out (nothing written then). */
-int q8_0_product(const void *x, int bf16, int64_t x_stride, int m, int64_t columns,
-                 const int8_t *weight, const float *scales, int64_t outputs, void *out,
-                 int threads) {
+/* x [m, columns], bf16 where `bf16` else fp32, rows x_stride apart; the weight of `kind`, its
+ * rows `weight` [outputs, columns] (Q8_0) or [outputs, columns / 2] (Q4_1), with scales (and,
+ * Q4_1, lows) [outputs, columns / 32]; out [m, outputs] in x's dtype, contiguous. Returns 0, or
+ * -1 where a shape is past the kernel's bounds (Q4_1: columns a multiple of 64) or memory ran
+ * out (nothing written then). */
+int block_product(int kind, const void *x, int bf16, int64_t x_stride, int m, int64_t columns,
+                  const uint8_t *weight, const float *scales, const float *lows,
+                  int64_t outputs, void *out, int threads) {
     if (m <= 0 || outputs <= 0) return 0;
-    if (m > MAX_ROWS || columns <= 0 || columns % BLOCK) return -1;
-    float *wide = malloc(sizeof(float) * m * columns);
-    if (!wide) return -1;
-    for (int r = 0; r < m; r++)
-        for (int64_t i = 0; i < columns; i++)
-            wide[r * columns + i] = bf16 ? from_bf16(((const uint16_t *)x)[r * x_stride + i])
-                                         : ((const float *)x)[r * x_stride + i];
-    int64_t blocks = columns / BLOCK;
+    if (m > MAX_ROWS || columns <= 0 || columns % (kind == Q4_1 ? 2 * BLOCK : BLOCK) ||
+        (kind != Q8_0 && kind != Q4_1))
+        return -1;
+    int64_t blocks = columns / BLOCK, stride = kind == Q4_1 ? columns / 2 : columns;
+    int8_t *xq = malloc((size_t)m * columns);
+    float *xs = malloc(sizeof(float) * m * blocks), *xsum = malloc(sizeof(float) * m * blocks);
+    if (!xq || !xs || !xsum) {
+        free(xq);
+        free(xs);
+        free(xsum);
+        return -1;
+    }
+    quantize(x, bf16, x_stride, m, columns, xq, xs, xsum);
     int64_t items = (outputs + OUTPUTS_PER_ITEM - 1) / OUTPUTS_PER_ITEM;
 #pragma omp parallel for schedule(static) num_threads(threads) if (items > 1)
     for (int64_t item = 0; item < items; item++) {
         int64_t end = (item + 1) * OUTPUTS_PER_ITEM < outputs ? (item + 1) * OUTPUTS_PER_ITEM
                                                                : outputs;
-        for (int64_t o = item * OUTPUTS_PER_ITEM; o < end; o += TILE) {
-            int tile = end - o < TILE ? (int)(end - o) : TILE;
-            float dots[TILE * MAX_ROWS];
-            for (int first = 0; first < m; first += TILE)
-                tile_of(wide + first * columns, columns, m - first < TILE ? m - first : TILE,
-                        tile, weight + o * columns, scales + o * blocks, dots + first);
-            for (int k = 0; k < tile; k++)
-                for (int r = 0; r < m; r++) {
-                    int64_t at = r * outputs + o + k;
-                    if (bf16)
-                        ((uint16_t *)out)[at] = to_bf16(dots[k * MAX_ROWS + r]);
-                    else
-                        ((float *)out)[at] = dots[k * MAX_ROWS + r];
-                }
+        for (int64_t o = item * OUTPUTS_PER_ITEM; o < end; o++) {
+            float sums[MAX_ROWS];
+            for (int first = 0; first < m; first += ROWS)
+                outputs_of(kind, xq + first * columns, xs + first * blocks,
+                           xsum + first * blocks, blocks, m - first < ROWS ? m - first : ROWS,
+                           weight + o * stride, scales + o * blocks,
+                           kind == Q4_1 ? lows + o * blocks : lows, sums + first);
+            for (int r = 0; r < m; r++) {
+                if (bf16)
+                    ((uint16_t *)out)[r * outputs + o] = to_bf16(sums[r]);
+                else
+                    ((float *)out)[r * outputs + o] = sums[r];
+            }
         }
     }
-    free(wide);
+    free(xq);
+    free(xs);
+    free(xsum);
     return 0;
 }
