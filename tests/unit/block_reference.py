@@ -1,8 +1,8 @@
-"""llama.cpp's product of rows with a weight in GGUF blocks, in torch, as the reference of the
-compiled kernel (`cpu/kernels/block_products.c`): each row quantized per block of 32 to signed
-bytes (scale: the block's largest magnitude over 127, values rounded half to even), each block's
-integer dot product scaled by both scales, plus, for blocks with a low, the low times the sum of
-the row's own values."""
+"""The product of rows with a weight in GGUF blocks as the compiled kernel computes it
+(`cpu/kernels/block_products.c`), in torch, its reference: each row put in 16-bit integers per
+block of 32 (scale: the block's largest magnitude over 32767, values rounded half to even), each
+block's integer dot product scaled by both scales, plus, for blocks with a low, the low times the
+sum of the row's own values."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ def block_product(
     rows, columns = x.shape
     blocks = x.float().view(rows, columns // 32, 32)
     top = blocks.abs().amax(dim=-1, keepdim=True)
-    inverse = torch.where(top > 0, 127.0 / top, torch.zeros_like(top))
+    inverse = torch.where(top > 0, 32767.0 / top, torch.zeros_like(top))
     quantized = torch.round(blocks * inverse)  # [rows, blocks, 32]
-    x_scale = (top / 127.0).squeeze(-1)  # [rows, blocks]
+    x_scale = (top / 32767.0).squeeze(-1)  # [rows, blocks]
     q = values.double().view(values.shape[0], columns // 32, 32)  # [outputs, blocks, 32]
     dots = torch.einsum("rbi,obi->rob", quantized.double(), q)  # [rows, outputs, blocks]
     out = (dots * scales.double()[None] * x_scale.double()[:, None]).sum(-1)

@@ -201,10 +201,10 @@ def test_the_lm_heads_few_rows_read_its_eight_bit_blocks(tmp_path: Path) -> None
             assert torch.equal(out, kernels.eight_bit_product(hidden, blocks))
         else:
             assert torch.equal(out, sglangs(None, hidden, head))
-        # within the activations' 8-bit rounding, against the largest logit
+        # within bf16's rounding of the products, against the largest logit
         expected = sglangs(None, hidden, head).double()
         scale = expected.abs().max()
-        torch.testing.assert_close(out.double() / scale, expected / scale, rtol=0, atol=3e-2)
+        torch.testing.assert_close(out.double() / scale, expected / scale, rtol=0, atol=8e-3)
 
 
 def test_with_the_kernels_up_to_16_rows_read_the_four_bit_groups_there(tmp_path: Path) -> None:

@@ -138,11 +138,11 @@ def four_bit(outputs: int, columns: int) -> Groups:
 @pytest.mark.parametrize("rows", [1, 3, 4, 9, 16])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("columns", [64, 320, 576])  # 2, 10 and 18 blocks: whole eights and not
-def test_block_products_are_llama_cpps(
+def test_block_products_are_the_blocks_products(
     kernels: native.Kernels, rows: int, dtype: torch.dtype, columns: int
 ) -> None:
     """Against the reference in fp64: within fp32 summation (and, for bf16, the output's one
-    rounding); and within the activations' 8-bit rounding of the weight's exact product."""
+    rounding); and so is the weight's exact product, within the rows' 16-bit steps."""
     torch.manual_seed(5)
     x = torch.randn(rows, columns).to(dtype)
     eight, four = eight_bit(70, columns), four_bit(70, columns)  # 70 outputs: not whole tiles
@@ -160,7 +160,8 @@ def test_block_products_are_llama_cpps(
         scale = reference.abs().max()
         torch.testing.assert_close(ours.double() / scale, reference / scale, rtol=0, atol=tolerance)
         exact = x.double() @ weight.double().t()
-        torch.testing.assert_close(ours.double() / scale, exact / scale, rtol=0, atol=3e-2)
+        steps = 1e-4 if dtype == torch.float32 else tolerance  # the rows' 16-bit steps
+        torch.testing.assert_close(ours.double() / scale, exact / scale, rtol=0, atol=steps)
 
 
 def test_a_rows_product_is_the_same_whatever_rows_are_beside_it(kernels: native.Kernels) -> None:
@@ -222,3 +223,50 @@ def test_without_a_compiler_the_node_says_why_and_attends_with_torch(
     assert native.KERNELS_ENV not in os.environ
     assert "CPU kernels not compiled" in caplog.text and "no-such-cc" in caplog.text
     assert native.loaded() is None
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_layer_steps_are_the_torch_ops_they_stand_for(
+    kernels: native.Kernels, dtype: torch.dtype
+) -> None:
+    """cpu/decode.py's elementwise steps, against its torch path: in bf16 each op rounds as
+    torch's does (the rotation and the stores to the bit), in fp32 within its rounding."""
+    import torch.nn.functional as F
+
+    from server.engines.sglang.cpu.decode import Norm, _angles, rotated
+
+    torch.manual_seed(9)
+    exact = dtype == torch.bfloat16
+    close = {"rtol": 1e-2, "atol": 1e-5} if exact else {"rtol": 1e-5, "atol": 1e-5}
+    residual, hidden = torch.randn(3, 576).to(dtype) * 3, torch.randn(3, 576).to(dtype)
+    weight = torch.randn(576).to(dtype)
+    summed = residual.clone()
+    out = kernels.add_rms_norm(summed, hidden, weight, 1e-5)
+    assert torch.equal(summed, hidden + residual)  # in place, each sum rounded
+    torch.testing.assert_close(out, Norm.of(weight, 1e-5)(hidden + residual), **close)
+    alone = residual.clone()
+    torch.testing.assert_close(
+        kernels.add_rms_norm(alone, None, weight, 1e-5), Norm.of(weight, 1e-5)(residual), **close
+    )
+    assert torch.equal(alone, residual)
+
+    heads, kv_heads, dim = 9, 3, 64
+    angles = torch.randn(400, dim).to(dtype)
+    positions, loc = torch.tensor([0, 7, 399]), torch.tensor([4, 9, 33])
+    qkv = torch.randn(3, (heads + 2 * kv_heads) * dim).to(dtype)
+    k_cache = torch.zeros(40, kv_heads, dim, dtype=dtype)
+    v_cache = torch.zeros(40, kv_heads, dim, dtype=dtype)
+    q = kernels.rotate_store(qkv, heads, kv_heads, angles, positions, k_cache, v_cache, loc)
+    cos, sin = _angles(angles, positions, dtype)
+    qk = rotated(qkv[:, : (heads + kv_heads) * dim].view(3, heads + kv_heads, dim), cos, sin)
+    values = qkv[:, (heads + kv_heads) * dim :].view(3, kv_heads, dim)
+    assert torch.equal(v_cache[loc], values)
+    assert int(k_cache.count_nonzero()) == int(k_cache[loc].count_nonzero())  # no other slot
+    if exact:
+        assert torch.equal(q, qk[:, :heads]) and torch.equal(k_cache[loc], qk[:, heads:])
+    torch.testing.assert_close(q, qk[:, :heads], **close)
+    torch.testing.assert_close(k_cache[loc], qk[:, heads:], **close)
+
+    gate_up = torch.randn(3, 3072).to(dtype) * 4
+    expected = F.silu(gate_up[:, :1536]) * gate_up[:, 1536:]
+    torch.testing.assert_close(kernels.silu_mul(gate_up), expected, **close)

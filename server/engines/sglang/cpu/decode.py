@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from server.engines.sglang.cpu import attention, linear
+from server.engines.sglang.cpu import attention, linear, native
 
 log = logging.getLogger(__name__)
 
@@ -92,12 +92,13 @@ class Norm:
     is 0, so their variance is the row's mean square. (torch's rms_norm is several ops on a CPU,
     each dispatched.)"""
 
-    doubled: torch.Tensor  # the norm's weight, twice over
+    weight: torch.Tensor
+    doubled: torch.Tensor  # the weight, twice over
     eps: float
 
     @staticmethod
     def of(weight: torch.Tensor, eps: float) -> Norm:
-        return Norm(torch.cat((weight, weight)), eps)
+        return Norm(weight.contiguous(), torch.cat((weight, weight)), eps)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         both = torch.cat((x, -x), dim=-1)
@@ -129,18 +130,27 @@ class Plan:
     layers: tuple[Layer, ...]
     norm: Norm
     cos_sin: torch.Tensor  # the rotary cache: [positions, head_dim] (cos halves, sin halves)
+    kernels: native.Kernels | None  # the node's compiled kernels, where it has them
 
     def decode(
         self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: Any
     ) -> torch.Tensor:
         """The final norm's output for one decode step: [requests, hidden]."""
         hidden = self.model.embed_tokens(input_ids)
-        rows = hidden.shape[0]
-        cos, sin = _angles(self.cos_sin, positions, hidden.dtype)
         from sglang.srt.model_executor.forward_context import get_attn_backend
 
         backend = get_attn_backend()
         store = _direct_store(backend, hidden.dtype)
+        if (
+            self.kernels is not None
+            and store is not None
+            and self.cos_sin.dtype == hidden.dtype
+            and hidden.is_contiguous()
+            and int(positions.max()) < self.cos_sin.shape[0]  # the kernel reads the angles there
+        ):
+            return self._compiled(self.kernels, hidden, positions, forward_batch, backend, store)
+        rows = hidden.shape[0]
+        cos, sin = _angles(self.cos_sin, positions, hidden.dtype)
         loc = forward_batch.out_cache_loc.to(torch.int64)
         residual = hidden
         x = self.layers[0].input_norm(hidden)
@@ -158,7 +168,10 @@ class Plan:
             if store is None:  # SGLang's own write and read, through the layer
                 out = layer.attention(q.reshape(rows, q_size), k, v, forward_batch)
             else:
-                out = _attend(layer, q, k, v, store, loc, backend, forward_batch)
+                k_cache, v_cache = _caches(layer, store)
+                k_cache.index_copy_(0, loc, k)
+                v_cache.index_copy_(0, loc, v)
+                out = _attend(layer, q, k_cache, v_cache, backend, forward_batch)
             hidden = layer.o(out.reshape(rows, q_size))
             residual = hidden + residual
             x = layer.post_norm(residual)
@@ -168,22 +181,54 @@ class Plan:
         residual = hidden + residual
         return self.norm(residual)
 
+    def _compiled(
+        self,
+        kernels: native.Kernels,
+        hidden: torch.Tensor,
+        positions: torch.Tensor,
+        forward_batch: Any,
+        backend: Any,
+        store: Any,
+    ) -> torch.Tensor:
+        """`decode` with each layer's elementwise steps in the compiled kernels: the residual
+        sum and norm, the rotation with the new keys and values stored, SiLU-and-multiply."""
+        rows = hidden.shape[0]
+        loc = forward_batch.out_cache_loc.to(torch.int64).contiguous()
+        positions = positions.to(torch.int64).contiguous()
+        residual = hidden  # summed into in place from here on
+        first = self.layers[0].input_norm
+        x = kernels.add_rms_norm(residual, None, first.weight, first.eps)
+        for index, layer in enumerate(self.layers):
+            if index:
+                norm = layer.input_norm
+                x = kernels.add_rms_norm(residual, hidden, norm.weight, norm.eps)
+            qkv = layer.qkv(x)
+            k_cache, v_cache = _caches(layer, store)
+            q = kernels.rotate_store(
+                qkv, layer.heads, layer.kv_heads, self.cos_sin, positions, k_cache, v_cache, loc
+            )
+            out = _attend(layer, q, k_cache, v_cache, backend, forward_batch)
+            hidden = layer.o(out.reshape(rows, -1))
+            x = kernels.add_rms_norm(residual, hidden, layer.post_norm.weight, layer.post_norm.eps)
+            hidden = layer.down(kernels.silu_mul(layer.gate_up(x)))
+        return kernels.add_rms_norm(residual, hidden, self.norm.weight, self.norm.eps)
+
+
+def _caches(layer: Layer, store: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The layer's key and value buffers in the pool: [slots, kv_heads, head_dim] each."""
+    layer_id = layer.attention.layer_id
+    return store.get_key_buffer(layer_id), store.get_value_buffer(layer_id)
+
 
 def _attend(
     layer: Layer,
     q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    store: Any,
-    loc: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
     backend: Any,
     forward_batch: Any,
 ) -> torch.Tensor:
-    """The layer's new keys and values written to their slots, and its attention read."""
-    layer_id = layer.attention.layer_id
-    k_cache, v_cache = store.get_key_buffer(layer_id), store.get_value_buffer(layer_id)
-    k_cache.index_copy_(0, loc, k)
-    v_cache.index_copy_(0, loc, v)
+    """The layer's attention read, its new keys and values already in their slots."""
     scaling = layer.attention.scaling
     out = attention.decode_attention(backend, q, k_cache, v_cache, forward_batch.seq_lens, scaling)
     if out is None:  # no plan for this forward: the backend's own read
@@ -331,7 +376,7 @@ def _plan(model: Any) -> Plan | str:
     if rotary is None:
         return "no layers"
     norm = Norm.of(model.norm.weight.data, model.norm.variance_epsilon)
-    return Plan(model, tuple(layers), norm, rotary.cos_sin_cache)
+    return Plan(model, tuple(layers), norm, rotary.cos_sin_cache.contiguous(), native.loaded())
 
 
 def _plain_rotary(rotary: Any, base: Any, head_dim: int) -> bool:

@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -144,6 +145,18 @@ class Kernels:
                 ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_float,
                 ctypes.c_void_p, ctypes.c_int,
             ]  # fmt: skip
+        pointer, count, number = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+        for dtype in ("bf16", "f32"):
+            norm = getattr(library, f"add_rms_norm_{dtype}")
+            norm.restype = None
+            norm.argtypes = [pointer, pointer, pointer, number, count, count, pointer]
+            rotate = getattr(library, f"rotate_store_{dtype}")
+            rotate.restype = None
+            rotate.argtypes = [pointer, count, count, count, count, pointer, pointer, pointer,
+                               pointer, pointer, pointer]  # fmt: skip
+            act = getattr(library, f"silu_mul_{dtype}")
+            act.restype = None
+            act.argtypes = [pointer, count, count, pointer]
         product = library.block_product
         product.restype = ctypes.c_int
         product.argtypes = [
@@ -152,6 +165,51 @@ class Kernels:
             ctypes.c_void_p, ctypes.c_int,
         ]  # fmt: skip
         return Kernels(library)
+
+    def _step(self, name: str, dtype: torch.dtype) -> Any:
+        return getattr(self.library, f"{name}_{'bf16' if dtype == torch.bfloat16 else 'f32'}")
+
+    def add_rms_norm(
+        self, residual: torch.Tensor, hidden: torch.Tensor | None, weight: torch.Tensor, eps: float
+    ) -> torch.Tensor:
+        """residual [rows, width] += hidden (where given; in place), then its RMSNorm times weight:
+        a new [rows, width]. All contiguous, of one dtype, bf16 or fp32 (the caller's plan)."""
+        out = torch.empty_like(residual)
+        self._step("add_rms_norm", residual.dtype)(
+            residual.data_ptr(), None if hidden is None else hidden.data_ptr(),
+            weight.data_ptr(), eps, residual.shape[0], residual.shape[1], out.data_ptr(),
+        )  # fmt: skip
+        return out
+
+    def rotate_store(
+        self,
+        qkv: torch.Tensor,
+        heads: int,
+        kv_heads: int,
+        cos_sin: torch.Tensor,
+        positions: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        loc: torch.Tensor,
+    ) -> torch.Tensor:
+        """qkv [rows, (heads + 2 kv_heads) * dim]: q and k rotated by the angles at `positions`
+        (cos_sin [positions, dim], neox), k and v written to the caches' slots `loc`; returns q
+        [rows, heads, dim]. All contiguous, one dtype, bf16 or fp32; positions and loc int64."""
+        dim = cos_sin.shape[1]
+        rows = qkv.shape[0]
+        q = qkv.new_empty(rows, heads, dim)
+        self._step("rotate_store", qkv.dtype)(
+            qkv.data_ptr(), rows, heads, kv_heads, dim, cos_sin.data_ptr(), positions.data_ptr(),
+            k_cache.data_ptr(), v_cache.data_ptr(), loc.data_ptr(), q.data_ptr(),
+        )  # fmt: skip
+        return q
+
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """gate_up [rows, 2 width] (contiguous, bf16 or fp32) -> silu(gate) * up [rows, width]."""
+        rows, both = gate_up.shape
+        out = gate_up.new_empty(rows, both // 2)
+        self._step("silu_mul", gate_up.dtype)(gate_up.data_ptr(), rows, both // 2, out.data_ptr())
+        return out
 
     def four_bit_product(self, x: torch.Tensor, weight: FourBitPairs) -> torch.Tensor | None:
         """x [rows, columns] (bf16 or fp32, its rows contiguous) times `weight` (transposed),

@@ -1,19 +1,20 @@
 /* Products of a few rows (a decode step's) with a weight kept in the checkpoint's own GGUF
- * blocks of 32 values along a row, on the CPU, computed as llama.cpp computes them.
+ * blocks of 32 values along a row, on the CPU, in integers.
  *
  * The weight [outputs, columns] is Q8_0 (a small model's LM head: 32 signed bytes q a block, each
  * value q * scale) or Q4_1 (the linear layers: 4-bit values q, each value q * scale + low; a
  * row's bytes hold two blocks' values, `pairs`: the low nibbles one block's, the high nibbles the
  * next one's); scales and lows fp32, [outputs, blocks]. The rows x [m, columns] (bf16 or fp32)
- * are first quantized per block to signed bytes with the block's own scale (its largest
- * magnitude over 127: llama.cpp's Q8_0/Q8_1), and each output is the sum over blocks of
- * scale * x_scale * (q . x_q), the byte dot products in integers, plus low * sum(x) for Q4_1 (the
- * sum of the block's own values), in fp32, rounded once to x's dtype. Eight blocks' integer sums
- * are reduced together, so that their scales apply in one vector.
+ * are first put in 16-bit integers per block with the block's own scale (its largest magnitude
+ * over 32767: a step of 2^-15 of it, finer than bf16's own 2^-8, where llama.cpp's 8-bit Q8_1
+ * would round each value by up to 2^-8 of the block's largest), and each output is the sum over
+ * blocks of scale * x_scale * (q . x_q), the dot products exact in 32-bit integers, plus
+ * low * sum(x) for Q4_1 (the sum of the block's own values), in fp32, rounded once to x's dtype.
+ * Eight blocks' integer sums are reduced together, so that their scales apply in one vector.
  *
- * The byte products run in AVX-512 VNNI where the CPU has it, else in AVX2's multiply-add pairs,
- * else in plain loops. Compiled on the machine that runs it (native.py); threads share the
- * outputs, each block read once for all rows. */
+ * The products run in AVX2's 16-bit multiply-add pairs where the CPU has them, else in plain
+ * loops. Compiled on the machine that runs it (native.py); threads share the outputs, each block
+ * read once for all rows. */
 
 #include <math.h>
 #include <stdint.h>
@@ -42,10 +43,10 @@ static inline uint16_t to_bf16(float f) { /* rounded to nearest even, as torch r
     return (uint16_t)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16);
 }
 
-/* x's rows quantized per block: q [m][columns] int8, and per block its scale and the sum of its
- * own values, [m][blocks] */
+/* x's rows in integers per block: q [m][columns] int16, and per block its scale and the sum of
+ * its own values, [m][blocks] */
 static void quantize(const void *x, int bf16, int64_t x_stride, int m, int64_t columns,
-                     int8_t *q, float *scale, float *sum) {
+                     int16_t *q, float *scale, float *sum) {
     int64_t blocks = columns / BLOCK;
     for (int r = 0; r < m; r++)
         for (int64_t b = 0; b < blocks; b++) {
@@ -56,27 +57,20 @@ static void quantize(const void *x, int bf16, int64_t x_stride, int m, int64_t c
                 top = fabsf(v[i]) > top ? fabsf(v[i]) : top;
                 total += v[i];
             }
-            float inverse = top > 0.0f ? 127.0f / top : 0.0f;
+            float inverse = top > 0.0f ? 32767.0f / top : 0.0f;
             for (int i = 0; i < BLOCK; i++)
-                q[r * columns + b * BLOCK + i] = (int8_t)lrintf(v[i] * inverse);
-            scale[r * blocks + b] = top / 127.0f;
+                q[r * columns + b * BLOCK + i] = (int16_t)lrintf(v[i] * inverse);
+            scale[r * blocks + b] = top / 32767.0f;
             sum[r * blocks + b] = total;
         }
 }
 
 #ifdef VECTORS
-/* 8 int32 lanes, each the sum of 4 products of unsigned u and signed s bytes */
-static inline __m256i dot_bytes(__m256i u, __m256i s) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-#endif
-}
-
-/* 8 int32 lanes, each the sum of 4 products of signed bytes w and x */
-static inline __m256i dot_signed(__m256i w, __m256i x) {
-    return dot_bytes(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+/* 8 int32 lanes: the products of a block's 32 values (w, two halves of 16) with x's */
+static inline __m256i dot_block(const __m256i w[2], const int16_t *x) {
+    __m256i first = _mm256_madd_epi16(w[0], _mm256_loadu_si256((const __m256i *)x));
+    __m256i last = _mm256_madd_epi16(w[1], _mm256_loadu_si256((const __m256i *)(x + 16)));
+    return _mm256_add_epi32(first, last);
 }
 
 /* lane j: the sum of d[j]'s lanes */
@@ -92,6 +86,13 @@ static inline __m256i sums8(const __m256i d[8]) {
                             _mm256_permute2x128_si256(b[0], b[1], 0x31));
 }
 
+static inline int32_t lanes_sum_int(__m256i v) {
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4e));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xb1));
+    return _mm_cvtsi128_si32(x);
+}
+
 static inline float lanes_sum(__m256 v) {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     x = _mm_add_ps(x, _mm_movehl_ps(x, x));
@@ -99,25 +100,29 @@ static inline float lanes_sum(__m256 v) {
     return _mm_cvtss_f32(x);
 }
 
-/* Block j of eight from b (Q4_1: j of a pair's two halves) as bytes */
-static inline void load8(const uint8_t *row, int64_t b, const int KIND, __m256i w[8]) {
+/* Block b's values as 16-bit integers, two halves of 16 (Q4_1: b even, and the next block's
+ * too, which shares its bytes) */
+static inline void load_block(const uint8_t *row, int64_t b, const int KIND, __m256i w[2],
+                              __m256i next[2]) {
     if (KIND == Q8_0) {
-        for (int j = 0; j < 8; j++)
-            w[j] = _mm256_loadu_si256((const __m256i *)(row + (b + j) * BLOCK));
+        const int8_t *q = (const int8_t *)row + b * BLOCK;
+        w[0] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q));
+        w[1] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 16)));
         return;
     }
-    const __m256i low4 = _mm256_set1_epi8(15);
-    for (int j = 0; j < 8; j += 2) {
-        __m256i both = _mm256_loadu_si256((const __m256i *)(row + (b + j) * (BLOCK / 2)));
-        w[j] = _mm256_and_si256(both, low4);
-        w[j + 1] = _mm256_and_si256(_mm256_srli_epi16(both, 4), low4);
+    const __m256i low4 = _mm256_set1_epi16(15);
+    const uint8_t *pair = row + b * (BLOCK / 2);
+    for (int half = 0; half < 2; half++) {
+        __m256i bytes = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(pair + 16 * half)));
+        w[half] = _mm256_and_si256(bytes, low4);
+        next[half] = _mm256_srli_epi16(bytes, 4);
     }
 }
 
 /* One output's sums for the M rows of xq, KIND and M constants where inlined: eight blocks at a
  * time, then the last few one by one. */
 static inline __attribute__((always_inline)) void one_output(
-    const int8_t *xq, const float *xs, const float *xsum, int64_t blocks, const uint8_t *row,
+    const int16_t *xq, const float *xs, const float *xsum, int64_t blocks, const uint8_t *row,
     const float *scales, const float *lows, float *out, const int KIND, const int M) {
     __m256 acc[ROWS];
     float tail[ROWS];
@@ -127,16 +132,14 @@ static inline __attribute__((always_inline)) void one_output(
     }
     int64_t b = 0;
     for (; b + 8 <= blocks; b += 8) {
-        __m256i w[8];
-        load8(row, b, KIND, w);
+        __m256i w[8][2];
+        for (int j = 0; j < 8; j += KIND == Q4_1 ? 2 : 1)
+            load_block(row, b + j, KIND, w[j], w[j + (KIND == Q4_1)]);
         __m256 scale = _mm256_loadu_ps(scales + b);
         for (int r = 0; r < M; r++) {
-            const int8_t *x = xq + (r * blocks + b) * BLOCK;
+            const int16_t *x = xq + (r * blocks + b) * BLOCK;
             __m256i d[8];
-            for (int j = 0; j < 8; j++) {
-                __m256i xj = _mm256_loadu_si256((const __m256i *)(x + j * BLOCK));
-                d[j] = KIND == Q8_0 ? dot_signed(w[j], xj) : dot_bytes(w[j], xj);
-            }
+            for (int j = 0; j < 8; j++) d[j] = dot_block(w[j], x + j * BLOCK);
             __m256 both = _mm256_mul_ps(scale, _mm256_loadu_ps(xs + r * blocks + b));
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums8(d)), both, acc[r]);
             if (KIND == Q4_1)
@@ -145,17 +148,12 @@ static inline __attribute__((always_inline)) void one_output(
         }
     }
     for (; b < blocks; b++) {
-        __m256i w;
-        if (KIND == Q8_0) {
-            w = _mm256_loadu_si256((const __m256i *)(row + b * BLOCK));
-        } else {
-            __m256i both = _mm256_loadu_si256((const __m256i *)(row + (b & ~1) * (BLOCK / 2)));
-            w = _mm256_and_si256(b & 1 ? _mm256_srli_epi16(both, 4) : both, _mm256_set1_epi8(15));
-        }
+        __m256i w[2][2];
+        load_block(row, KIND == Q4_1 ? b & ~1 : b, KIND, w[0], w[1]);
+        const __m256i *wb = w[KIND == Q4_1 ? b & 1 : 0];
         for (int r = 0; r < M; r++) {
-            __m256i xj = _mm256_loadu_si256((const __m256i *)(xq + (r * blocks + b) * BLOCK));
-            __m256i d = KIND == Q8_0 ? dot_signed(w, xj) : dot_bytes(w, xj);
-            float dot = lanes_sum(_mm256_cvtepi32_ps(d)); /* exact: |dot| < 2^24 */
+            __m256i d = dot_block(wb, xq + (r * blocks + b) * BLOCK);
+            float dot = (float)lanes_sum_int(d);
             tail[r] += dot * scales[b] * xs[r * blocks + b];
             if (KIND == Q4_1) tail[r] += lows[b] * xsum[r * blocks + b];
         }
@@ -163,7 +161,7 @@ static inline __attribute__((always_inline)) void one_output(
     for (int r = 0; r < M; r++) out[r] = lanes_sum(acc[r]) + tail[r];
 }
 
-static void outputs_of(int kind, const int8_t *xq, const float *xs, const float *xsum,
+static void outputs_of(int kind, const int16_t *xq, const float *xs, const float *xsum,
                        int64_t blocks, int rows, const uint8_t *row, const float *scales,
                        const float *lows, float *out) {
 #define ONE(KIND, M) one_output(xq, xs, xsum, blocks, row, scales, lows, out, KIND, M)
@@ -184,13 +182,13 @@ static void outputs_of(int kind, const int8_t *xq, const float *xs, const float 
 #undef ONE
 }
 #else
-static void outputs_of(int kind, const int8_t *xq, const float *xs, const float *xsum,
+static void outputs_of(int kind, const int16_t *xq, const float *xs, const float *xsum,
                        int64_t blocks, int rows, const uint8_t *row, const float *scales,
                        const float *lows, float *out) {
     for (int r = 0; r < rows; r++) {
         float total = 0.0f;
         for (int64_t b = 0; b < blocks; b++) {
-            const int8_t *x = xq + (r * blocks + b) * BLOCK;
+            const int16_t *x = xq + (r * blocks + b) * BLOCK;
             int32_t dot = 0;
             if (kind == Q8_0) {
                 const int8_t *w = (const int8_t *)row + b * BLOCK;
@@ -221,7 +219,7 @@ int block_product(int kind, const void *x, int bf16, int64_t x_stride, int m, in
         (kind != Q8_0 && kind != Q4_1))
         return -1;
     int64_t blocks = columns / BLOCK, stride = kind == Q4_1 ? columns / 2 : columns;
-    int8_t *xq = malloc((size_t)m * columns);
+    int16_t *xq = malloc(sizeof(int16_t) * m * columns);
     float *xs = malloc(sizeof(float) * m * blocks), *xsum = malloc(sizeof(float) * m * blocks);
     if (!xq || !xs || !xsum) {
         free(xq);
