@@ -5,9 +5,10 @@ and decode steps of a model computed in bf16 (a CPU with AVX-512 BF16).
 Each linear layer, and the LM head, keeps its weight in more forms, made before the first
 request. For a few rows (decode steps), which read the whole weight to use it a few times: the
 checkpoint's own quantized blocks where its folder keeps them (the embedded model's, read from its
-GGUF: see server/models/gguf_blocks.py): a linear layer's 4-bit groups, an eighth of the fp32
-bytes, in torch's int4 kernel; the LM head's 8-bit blocks, a quarter, in the compiled kernel of
-cpu/native.py. Else a bf16 copy (half the bytes), in oneDNN's blocked layout where the CPU
+GGUF: see server/models/gguf_blocks.py): a linear layer's 4-bit groups (an eighth of the fp32
+bytes) and the LM head's 8-bit blocks (a quarter), in the compiled kernels of cpu/native.py where
+the node has them (up to 16 rows; torch's int4 kernel up to 8 rows for the 4-bit groups
+otherwise). Else a bf16 copy (half the bytes), in oneDNN's blocked layout where the CPU
 multiplies bf16 natively (the plain copy's one-row product does not keep up with the memory
 there). For more rows, the fp32 weight packed in oneDNN's blocked layout, which runs faster than
 the plain fp32 GEMM at every size. The figures behind each choice are the bench's (its decode
@@ -17,10 +18,11 @@ A model computed in bf16 keeps its products but for a few rows: those run on the
 blocks, else on its weight in oneDNN's blocked layout (the same values, summed in another order).
 
 The checkpoints served are bf16 or coarser, so the bf16 copy holds the checkpoint's own values,
-and the blocks are taken only where they give the layer's weight back to the last bf16 bit (the
-4-bit scales and zeros are rounded to bf16 for torch's kernel; the 8-bit kernel multiplies the
-blocks' own values, exactly, in fp32); on those paths only the activations are rounded to bf16.
-The node never reloads weights in place, so the copies stay the weight's."""
+and the blocks are taken only where they give the layer's weight back to the last bf16 bit. The
+compiled kernels multiply the blocks' own values exactly (the rows in 16-bit integers per block,
+finer steps than bf16's); torch's int4 kernel rounds the scales and zeros to bf16; on every path
+the activations are rounded to bf16. The node never reloads weights in place, so the copies stay
+the weight's."""
 
 from __future__ import annotations
 
@@ -184,9 +186,8 @@ def int4_rows(groups: FourBit) -> int:
 
 def int4_product(rows: torch.Tensor, groups: FourBit) -> torch.Tensor:
     """rows [n, in] (bf16, contiguous; n up to `int4_rows`) times a weight's 4-bit `groups`
-    (`int4`), in bf16: in the compiled kernel where the layer has its form (each row quantized
-    to 8 bits per block, as llama.cpp multiplies 4-bit weights; a row's result the same
-    whatever rows are beside it), else in torch's int4 kernel."""
+    (`int4`), in bf16: in the compiled kernel where the layer has its form (a row's result the
+    same whatever rows are beside it), else in torch's int4 kernel."""
     if groups.pairs is not None:
         kernels, pairs = groups.pairs
         if (out := kernels.four_bit_product(rows, pairs)) is not None:

@@ -1,12 +1,15 @@
 """Kernels written in C (`kernels/`), compiled on the machine that runs them, for its own vector
 units, and called through ctypes.
 
-torch has no kernel for a decode step's attention over a paged cache on a CPU: its ops gather the
-context or attend one block of slots at a time, each call dispatched. `decode_attention.c` reads
-the cache where it lies, in one call a layer. The node compiles it at start, in its own process,
-into the cache folder (once per source, compiler and CPU: a second start loads the same file),
-and SGLang's processes load the file named in KERNELS_ENV. Without a C compiler the node logs why
-and attends with torch's kernels."""
+torch has no kernel for a decode step's attention over a paged cache on a CPU (its ops gather the
+context or attend one block of slots at a time, each call dispatched), nor for products with a
+GGUF's 8-bit blocks, and a decode layer's elementwise steps are several dispatched ops each.
+`decode_attention.c` reads the cache where it lies, in one call a layer; `block_products.c`
+multiplies a few rows by 4-bit or 8-bit blocks; `layer_ops.c` holds the elementwise steps. The
+node compiles them at start, in its own process, into one library in the cache folder (once per
+source, compiler and CPU: a second start loads the same file), and SGLang's processes load the
+file named in KERNELS_ENV. Without a C compiler the node logs why and decodes with torch's
+kernels."""
 
 from __future__ import annotations
 
@@ -213,14 +216,14 @@ class Kernels:
 
     def four_bit_product(self, x: torch.Tensor, weight: FourBitPairs) -> torch.Tensor | None:
         """x [rows, columns] (bf16 or fp32, its rows contiguous) times `weight` (transposed),
-        as llama.cpp multiplies (`block_products.c`): [rows, outputs] in x's dtype; None where x
-        is not of this form or has more than MAX_ROWS rows."""
+        exactly but for fp32's rounding (`block_products.c`): [rows, outputs] in x's dtype; None
+        where x is not of this form or has more than MAX_ROWS rows."""
         return self._product(Q4_1, x, weight.pairs, weight.scales, weight.lows)
 
     def eight_bit_product(self, x: torch.Tensor, weight: EightBit) -> torch.Tensor | None:
         """x [rows, columns] (bf16 or fp32, its rows contiguous) times `weight` (transposed),
-        as llama.cpp multiplies (`block_products.c`): [rows, outputs] in x's dtype; None where x
-        is not of this form or has more than MAX_ROWS rows."""
+        exactly but for fp32's rounding (`block_products.c`): [rows, outputs] in x's dtype; None
+        where x is not of this form or has more than MAX_ROWS rows."""
         return self._product(Q8_0, x, weight.values, weight.scales, None)
 
     def _product(
