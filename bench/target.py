@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
@@ -37,6 +37,7 @@ class Target:
     anthropic_base: str  # what the Anthropic SDK takes: + /v1/messages
     model: str
     ours: bool = True  # Server-Timing, b3os and /v1/requests are this server's
+    group: int | None = None  # the process group of a server this run started
 
     def url(self, protocol: str) -> str:
         if protocol == "chat":
@@ -88,7 +89,8 @@ def started(name: str, log: Path, *args: str, command: str = "serve") -> Iterato
     ours = command == "serve"
     try:
         _wait_ready(f"{origin}/readyz" if ours else f"{origin}/health_generate", process, log)
-        yield from_url(name, f"{origin}/v1/infer" if ours else f"{origin}/v1")
+        target = from_url(name, f"{origin}/v1/infer" if ours else f"{origin}/v1")
+        yield replace(target, group=process.pid)
     finally:
         os.killpg(process.pid, signal.SIGTERM)  # SGLang's server has workers in its group
         try:
@@ -111,3 +113,18 @@ def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
             pass
         time.sleep(0.5)
     raise SystemExit(f"the server was not ready after {STARTUP_TIMEOUT_S:.0f} s; see {log}")
+
+
+@contextmanager
+def paused(targets: list[Target]) -> Iterator[None]:
+    """The servers among `targets` that this run started stopped (SIGSTOP to their process
+    groups) until the block ends: a server idle beside the one measured still takes CPU time
+    (its scheduler's loop, its start-up's tail) on a machine of a few cores."""
+    groups = [target.group for target in targets if target.group is not None]
+    for group in groups:
+        os.killpg(group, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for group in groups:
+            os.killpg(group, signal.SIGCONT)

@@ -21,7 +21,7 @@ from bench.report import Row
 from bench.run import Run
 from bench.scenarios.interference import long_text
 from bench.scenarios.prefill import LLAMACPP
-from bench.target import Target
+from bench.target import Target, paused
 
 NAME = "decode"
 NOTE = (
@@ -125,9 +125,13 @@ def _llamacpp(contexts: tuple[int, ...], tokens: int) -> list[Row]:
 
 
 def run(run: Run) -> list[Row]:
+    """Each server, and llama.cpp, measured with the others this run started paused."""
     rows = []
-    for target in [run.ours] + ([run.compare] if run.compare else []):
-        rows += asyncio.run(_measure(target, run))
+    targets = [run.ours] + ([run.compare] if run.compare else [])
+    for target in targets:
+        with paused([other for other in targets if other is not target]):
+            rows += asyncio.run(_measure(target, run))
     quick = run.config.quick
-    rows += _llamacpp(QUICK_CONTEXTS if quick else CONTEXTS, QUICK_TOKENS if quick else TOKENS)
+    with paused(targets):
+        rows += _llamacpp(QUICK_CONTEXTS if quick else CONTEXTS, QUICK_TOKENS if quick else TOKENS)
     return rows

@@ -4,9 +4,10 @@ asserted is what the parameters guarantee (greedy repeats, a seed repeats, a ban
 gone), never what the model happens to write.
 
 Repeats are compared once the prompt is in the prefix cache: on a CPU the first request of a
-prompt computes its last token in a larger batch than the repeats do, and CPU kernels are not
+prompt computes its last token in a larger batch than the repeats do, and CPU GEMMs are not
 batch-invariant (SGLang's batch-invariant kernels are GPU-only), so a near-tie can go the other
-way once (see the README)."""
+way once (see the README). Beside other decoding streams the node's compiled kernels compute each
+row alone: a seeded repeat there samples the same tokens."""
 
 from __future__ import annotations
 
@@ -253,3 +254,43 @@ def test_logprobs_over_raw_http_have_the_exact_fields(http: httpx.Client, model:
         for entry in logprobs["content"]:
             assert set(entry) == {"token", "logprob", "bytes", "top_logprobs"}
             assert entry["top_logprobs"] == []  # no top_logprobs asked for
+
+
+def test_a_seeded_answer_is_the_same_beside_other_streams(
+    openai_client: openai.OpenAI, model: str
+) -> None:
+    """On a CPU with the node's compiled kernels each decode row is computed alone, whatever
+    streams decode beside it (up to 16): the repeat alone and the repeat beside two streams that
+    are decoding all the while sample the same tokens."""
+    seeded = functools.partial(
+        text, openai_client, model, temperature=1.0, seed=7, max_tokens=48, messages=STORY
+    )
+    alone, _ = repeated(seeded)
+    others = [
+        [{"role": "user", "content": "Write a long poem about the sea."}],
+        [{"role": "user", "content": "List every country in Europe, one a line."}],
+    ]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        streams = [pool.submit(decoding, openai_client, model, turn) for turn in others]
+        started = [stream.result() for stream in streams]  # each has its first token
+        try:
+            beside = seeded()
+            for stream in started:  # and was still decoding when the repeat ended
+                chunk = next(iter(stream))
+                assert chunk.choices and chunk.choices[0].finish_reason is None
+        finally:
+            for stream in started:
+                stream.close()
+    assert beside == alone
+
+
+def decoding(client: openai.OpenAI, model: str, messages: list[dict[str, str]]) -> Any:
+    """A greedy stream of up to 400 tokens, once its first token has come (closing it aborts
+    the rest)."""
+    stream = client.chat.completions.create(
+        model=model, messages=messages, max_tokens=400, temperature=0, stream=True
+    )
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            break
+    return stream
