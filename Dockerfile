@@ -48,7 +48,9 @@ from pathlib import Path; print(c(Path('/opt/b3os/cache')))" \
     && find /opt/venv -name __pycache__ -prune -exec rm -rf {} +
 
 FROM python:${PYTHON_VERSION}-slim AS cpu
-# gcc: the node compiles its CPU kernels for the machine it runs on, at start (README).
+# gcc: the node compiles its CPU kernels for the machine it runs on, at start (README). The base
+# image's Debian release fixes its version; a pin would break at the release's next point update.
+# hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/* \
