@@ -102,7 +102,8 @@ def test_a_request_that_waits_past_the_bound_is_dropped_unstarted(
         first_token = threading.Event()
 
         def answer_long() -> None:
-            body = {"model": model, "max_tokens": 60, "temperature": 0, "stream": True}
+            # Counting to 500: seconds of decode, several times the bound, however fast a step
+            body = {"model": model, "max_tokens": 600, "temperature": 0, "stream": True}
             with httpx.Client(base_url=tls_server.origin, verify=trust, timeout=120) as client:
                 with client.stream("POST", "/v1/infer/chat/completions",
                                    json={**body, "messages": COUNTING}) as response:  # fmt: skip
