@@ -32,7 +32,7 @@ from server.models.gguf_blocks import EightBit, Groups
 log = logging.getLogger(__name__)
 
 KERNELS_ENV = "B3OS_INFER_CPU_KERNELS"  # the compiled library's path, for SGLang's processes
-SOURCES = Path(__file__).parent / "kernels"  # its *.c, compiled into one library
+SOURCES = Path(__file__).parent / "kernels"  # its *.c, compiled into one library (and *.h)
 FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC")
 LIBRARIES = ("-lmvec", "-lm")  # glibc's vector expf, which -ffast-math loops call
 
@@ -49,7 +49,7 @@ def build(cache_dir: Path) -> Path:
     version = _output([compiler, "--version"]).splitlines()[0]
     sources = sorted(SOURCES.glob("*.c"))
     digest = hashlib.sha256()
-    for source in sources:
+    for source in sorted(SOURCES.glob("*.[ch]")):  # the headers they include too
         digest.update(source.name.encode() + source.read_bytes())
     for part in (" ".join(FLAGS), version, _cpu()):
         digest.update(part.encode())

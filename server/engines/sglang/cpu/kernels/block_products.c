@@ -31,17 +31,7 @@
 
 enum { Q8_0 = 0, Q4_1 = 1 };
 
-static inline float from_bf16(uint16_t x) {
-    union { uint32_t u; float f; } c;
-    c.u = (uint32_t)x << 16;
-    return c.f;
-}
-
-static inline uint16_t to_bf16(float f) { /* rounded to nearest even, as torch rounds */
-    union { uint32_t u; float f; } c;
-    c.f = f;
-    return (uint16_t)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16);
-}
+#include "bf16.h"
 
 /* x's rows in integers per block: q [m][columns] int16, and per block its scale and the sum of
  * its own values, [m][blocks] */

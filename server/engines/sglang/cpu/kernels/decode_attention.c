@@ -32,17 +32,7 @@
 #define MAX_DIM 256
 #define LOWEST (-1e30f) /* finite: compiled with -ffast-math */
 
-static inline float from_bf16(uint16_t x) {
-    union { uint32_t u; float f; } c;
-    c.u = (uint32_t)x << 16;
-    return c.f;
-}
-
-static inline uint16_t to_bf16(float f) { /* rounded to nearest even, as torch rounds */
-    union { uint32_t u; float f; } c;
-    c.f = f;
-    return (uint16_t)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16);
-}
+#include "bf16.h"
 
 static inline float same(float x) { return x; }
 

@@ -12,17 +12,7 @@
 #include <math.h>
 #include <stdint.h>
 
-static inline float from_bf16(uint16_t x) {
-    union { uint32_t u; float f; } c;
-    c.u = (uint32_t)x << 16;
-    return c.f;
-}
-
-static inline uint16_t to_bf16(float f) { /* rounded to nearest even, as torch rounds */
-    union { uint32_t u; float f; } c;
-    c.f = f;
-    return (uint16_t)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16);
-}
+#include "bf16.h"
 
 static inline float same(float x) { return x; }
 static inline float bf16_rounded(float x) { return from_bf16(to_bf16(x)); }
