@@ -70,6 +70,19 @@ class EightBit:
     values: torch.Tensor  # int8 [rows, columns]
     scales: torch.Tensor  # float32 [rows, columns // BLOCK]
 
+    def __post_init__(self) -> None:  # contiguous too: the CPU kernels read them in place
+        import torch
+
+        rows, blocks = self.scales.shape
+        if not (
+            self.values.dtype == torch.int8
+            and self.values.shape == (rows, blocks * BLOCK)
+            and self.scales.dtype == torch.float32
+            and self.values.is_contiguous()
+            and self.scales.is_contiguous()
+        ):
+            raise ValueError("8-bit blocks: int8 values [rows, columns], fp32 scales, contiguous")
+
     def dequantized(self) -> torch.Tensor:
         rows, columns = self.values.shape
         grouped = self.values.view(rows, columns // BLOCK, BLOCK).float()

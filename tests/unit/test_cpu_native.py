@@ -186,6 +186,15 @@ def test_block_products_refuse_what_they_do_not_take(kernels: native.Kernels) ->
     assert kernels.eight_bit_product(torch.randn(2, 32), weight) is None  # another width
     assert kernels.eight_bit_product(torch.randn(2, 64).half(), weight) is None
     assert native.FourBitPairs.of(four_bit(8, 96)) is None  # 3 blocks: not whole pairs
+    # a weight's form is checked where it is made, not on every product
+    with pytest.raises(ValueError, match="8-bit"):
+        EightBit(torch.zeros(64, 8, dtype=torch.int8).t(), torch.ones(8, 2))  # not contiguous
+    with pytest.raises(ValueError, match="8-bit"):
+        EightBit(torch.zeros(8, 64, dtype=torch.int8), torch.ones(8, 2).double())
+    pairs = native.FourBitPairs.of(four_bit(8, 64))
+    assert pairs is not None
+    with pytest.raises(ValueError, match="4-bit"):
+        native.FourBitPairs(pairs.pairs[:, :16], pairs.scales, pairs.lows)
 
 
 def test_the_library_runs_on_torchs_openmp_runtime(kernels: native.Kernels) -> None:

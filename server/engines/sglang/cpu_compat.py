@@ -71,7 +71,7 @@ def compile_kernels(cache_dir: Path) -> None:
     try:
         path = native.build(cache_dir)
     except native.BuildError as error:
-        log.warning("CPU kernels not compiled, decode attention runs slower on torch's (%s)", error)
+        log.warning("CPU kernels not compiled, decode steps run slower on torch's (%s)", error)
         os.environ.pop(native.KERNELS_ENV, None)
         return
     log.info("CPU kernels: %s", path)

@@ -115,6 +115,17 @@ class FourBitPairs:
     scales: torch.Tensor  # float32 [outputs, columns // 32]
     lows: torch.Tensor  # float32 [outputs, columns // 32]
 
+    def __post_init__(self) -> None:  # checked once here, not on every product
+        outputs, blocks = self.scales.shape
+        if not (
+            self.pairs.dtype == torch.uint8
+            and self.pairs.shape == (outputs, blocks * 16)
+            and self.scales.dtype == self.lows.dtype == torch.float32
+            and self.lows.shape == self.scales.shape
+            and all(part.is_contiguous() for part in (self.pairs, self.scales, self.lows))
+        ):
+            raise ValueError("4-bit pairs: uint8 [outputs, columns / 2], fp32 scales and lows")
+
     @staticmethod
     def of(groups: Groups) -> FourBitPairs | None:
         """None where a row is not a whole number of block pairs."""
@@ -234,6 +245,7 @@ class Kernels:
         scales: torch.Tensor,
         lows: torch.Tensor | None,
     ) -> torch.Tensor | None:
+        # (the weight's own form is checked where it is made: FourBitPairs, EightBit)
         rows, columns = x.shape
         outputs, blocks = scales.shape
         if not (
@@ -241,12 +253,6 @@ class Kernels:
             and x.stride(1) == 1
             and 0 < rows <= MAX_ROWS
             and columns == blocks * 32
-            and weight.element_size() == 1
-            and weight.is_contiguous()
-            and weight.numel() == outputs * (columns // 2 if kind == Q4_1 else columns)
-            and scales.dtype == torch.float32
-            and scales.is_contiguous()
-            and (lows is None or (lows.dtype == torch.float32 and lows.shape == scales.shape))
         ):
             return None
         out = x.new_empty(rows, outputs)
