@@ -183,6 +183,7 @@ class ServerState:
             "keep" if keep and family.system_anywhere else "refuse",
             tool_search=claude_code,
             safeguards=claude_code,
+            attribution=claude_code,
         )
 
     async def close(self) -> None:

@@ -6,20 +6,18 @@ search (deferred tools, tool_reference results) behaves as Anthropic documents i
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.agent_clis import claude
 from tests.api import readme
 from tests.api.conftest import AGENT_MAX_OUTPUT_TOKENS, served
 from tests.api.contract import MODEL
 from tests.capture import capturing, recording
-from tests.conftest import repo_root
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.remote_only  # a front of its own on the session's SGLang server
@@ -30,20 +28,6 @@ NEWEST, OLDEST = "2.1.332", "2.1.197"  # tests/node/package.json
 CUT = re.compile(r"API Error: Claude's response exceeded the \d+ output token maximum")
 OLD_WINDOW = 8192  # the embedded model's own, which its whole setup was refused past
 SCHEMA: dict[str, Any] = {"type": "object", "properties": {"url": {"type": "string"}}}
-
-
-def claude(version: str, base_url: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Claude Code headless, with the README's environment, in a home of its own."""
-    binary = repo_root() / f"tests/node/node_modules/claude-code-{version}/bin/claude.exe"
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(cwd / "home"),
-        **readme.claude_code_environment(base_url),
-        "DISABLE_AUTOUPDATER": "1",  # the tests' own: no update check on a closed network
-    }
-    return subprocess.run(
-        [str(binary), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
-    )
 
 
 def count(client: httpx.Client, body: dict[str, Any]) -> int:
@@ -89,6 +73,37 @@ def test_claude_code_with_its_whole_setup_is_served_to_its_end(
     assert entries[-1]["finish_reason"] == "max_tokens", entries
     cut = [e for e in entries if e["finish_reason"] == "max_tokens"]
     assert all(e["usage"]["completion_tokens"] == AGENT_MAX_OUTPUT_TOKENS for e in cut), entries
+
+
+def test_a_new_claude_code_session_reads_the_last_ones_prompt_from_the_cache(
+    agent_node: ServerProcess, tmp_path: Path, engine: str
+) -> None:
+    """Two sessions one after the other, each asking something else: Claude Code's first system
+    block (its attribution, with a hash of the first user message) differs between them; the
+    node leaves it out, so the second session's first request is read from the cache up to its
+    own question, as the request log and the answer's usage say."""
+    del engine
+    route = "/v1/infer/v1/messages"
+    firsts: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for ask in ("Say hi, please.", "Tell me a river fact."):
+        before = set(served(agent_node, route))
+        with recording(agent_node.origin) as proxy:
+            url = f"http://127.0.0.1:{proxy.server_port}/v1/infer"
+            done = claude(NEWEST, url, tmp_path, "--bare", "-p", ask)
+        assert done.returncode == 0 or CUT.search(done.stdout + done.stderr), done.stderr
+        [first_id, *_] = [rid for rid in served(agent_node, route) if rid not in before]
+        with httpx.Client(base_url=agent_node.origin, timeout=30) as client:
+            entry = client.get(f"/v1/requests/{first_id}").json()
+        [body, *_] = [body for path, body in proxy.captured if "count_tokens" not in path]
+        firsts.append((body, entry))
+    (one, _), (two, entry) = firsts
+    assert one["system"][0] != two["system"][0]  # the attribution changed with the question
+    assert one["system"][0]["text"].startswith("x-anthropic-billing-header:")
+    assert one["system"][1:] == two["system"][1:] and one["tools"] == two["tools"]
+    usage = entry["usage"]
+    print(f"Claude Code {NEWEST} --bare, second session: {usage}")
+    # All but the question and the turn's end: a few dozen tokens.
+    assert usage["cached_tokens"] >= usage["prompt_tokens"] - 32, usage
 
 
 def test_the_oldest_claude_code_runs_headless_and_its_whole_setup_fits_the_window(

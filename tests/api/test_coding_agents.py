@@ -9,20 +9,17 @@ meets exactly the context error, which Codex reads as such."""
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.agent_clis import codex, opencode
 from tests.api import readme
 from tests.api.conftest import AGENT_MAX_OUTPUT_TOKENS, served
 from tests.capture import recording
-from tests.conftest import repo_root
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.remote_only  # the agents' node, on the session's SGLang server
@@ -32,37 +29,6 @@ OLD_WINDOW = 8192  # the embedded model's own, which these prompts were refused 
 CODEX_OUT_OF_ROOM = "Codex ran out of room in the model's context window."
 CODEX_INCOMPLETE = "Incomplete response returned, reason: max_output_tokens"
 ASK = "Say hello."
-
-
-def codex(
-    base_url: str, home: Path, cwd: Path, stdin: str = ""
-) -> subprocess.CompletedProcess[str]:
-    """`codex exec` with the README's config.toml, pointed at base_url; `stdin` is appended to
-    the ask, as Codex does with piped input."""
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "config.toml").write_text(readme.codex_config(base_url))
-    cwd.mkdir(parents=True, exist_ok=True)
-    binary = repo_root() / "tests/node/node_modules/.bin/codex"
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "CODEX_HOME": str(home),
-           "B3OS_API_KEY": "x"}  # fmt: skip
-    return subprocess.run(
-        [str(binary), "exec", "--skip-git-repo-check", ASK],
-        cwd=cwd, env=env, input=stdin, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-
-
-def opencode(base_url: str, home: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    # (opencode installs its provider package from npm into `home` on its first run)
-    """`opencode run` with the README's opencode.json, pointed at base_url."""
-    cwd.mkdir(parents=True, exist_ok=True)
-    binary = repo_root() / "tests/node/node_modules/opencode-linux-x64/bin/opencode"
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "B3OS_API_KEY": "x",
-           "OPENCODE_CONFIG_CONTENT": json.dumps(readme.opencode_config(base_url)),
-           "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1"}  # fmt: skip
-    return subprocess.run(
-        [str(binary), "run", ASK],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
 
 
 def requests_served(
@@ -86,7 +52,7 @@ def test_codex_exec_with_its_default_tools_runs_to_its_final_answer(
     before = set(served(agent_node, route))
     with recording(agent_node.origin) as proxy:
         url = f"http://127.0.0.1:{proxy.server_port}/v1/infer"
-        done = codex(url, tmp_path / "home", tmp_path / "work")
+        done = codex(url, tmp_path / "home", tmp_path / "work", ASK)
     output = done.stdout + done.stderr
     entries = requests_served(agent_node, route, before, proxy.captured)
     for (path, body), entry in zip(proxy.captured, entries, strict=True):
@@ -118,7 +84,7 @@ def test_a_codex_prompt_past_the_window_meets_the_context_error(
     notes = " ".join(f"note {i} is kept;" for i in range(9000))  # about 45,000 tokens
     with recording(agent_node.origin) as proxy:
         url = f"http://127.0.0.1:{proxy.server_port}/v1/infer"
-        done = codex(url, tmp_path / "home", tmp_path / "work", stdin=notes)
+        done = codex(url, tmp_path / "home", tmp_path / "work", ASK, stdin=notes)
     output = done.stdout + done.stderr
     assert done.returncode != 0
     assert CODEX_OUT_OF_ROOM in output, output  # Codex read the refusal as the context error
@@ -141,7 +107,7 @@ def test_opencode_run_runs_to_its_final_answer(
     before = set(served(agent_node, route))
     with recording(agent_node.origin) as proxy:
         url = f"http://127.0.0.1:{proxy.server_port}/v1/infer"
-        done = opencode(url, tmp_path / "home", tmp_path / "work")
+        done = opencode(url, tmp_path / "home", tmp_path / "work", ASK)
     assert done.returncode == 0, done.stdout + done.stderr
     entries = requests_served(agent_node, route, before, proxy.captured)
     # The title request and the turn go out side by side: either may reach the node first.

@@ -219,8 +219,42 @@ def test_keep_takes_a_system_message_where_it_stands() -> None:
     assert [m.role for m in request.messages] == ["user", "system"]
 
 
-CLAUDE_CODE = DecodeOptions("keep", tool_search=True, safeguards=True)
+CLAUDE_CODE = DecodeOptions("keep", tool_search=True, safeguards=True, attribution=True)
 SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+# Two Claude Code sessions' first system blocks (captured from 2.1.332 `--bare -p`): the hash
+# after the version follows the first user message.
+ATTRIBUTIONS = [
+    "x-anthropic-billing-header: cc_version=2.1.332.d44; cc_entrypoint=sdk-cli;",
+    "x-anthropic-billing-header: cc_version=2.1.332.eac; cc_entrypoint=sdk-cli; cch=00000;",
+]
+
+
+@pytest.mark.parametrize("attribution", ATTRIBUTIONS)
+def test_the_profile_leaves_claude_codes_attribution_block_out_of_the_prompt(
+    attribution: str,
+) -> None:
+    system = [
+        {"type": "text", "text": attribution},
+        {"type": "text", "text": "You are a Claude agent.", "cache_control": {"type": "ephemeral"}},
+    ]
+    request = decode_messages(body(system=system), CLAUDE_CODE)
+    assert request.messages[0] == Message("system", (Text("You are a Claude agent."),))
+    counting = {k: v for k, v in body(system=system).items() if k != "max_tokens"}
+    assert decode_count_tokens(counting, CLAUDE_CODE).messages == request.messages
+    alone = decode_messages(body(system=system[:1]), CLAUDE_CODE)
+    assert alone.messages == decode_messages(body(), CLAUDE_CODE).messages  # no system turn
+    # Without the profile the contract holds: every block is the model's.
+    plain = decode_messages(body(system=system))
+    joined = f"{attribution}\n\nYou are a Claude agent."
+    assert plain.messages[0] == Message("system", (Text(joined),))
+
+
+def test_the_profile_keeps_a_block_that_only_begins_like_an_attribution() -> None:
+    text = "x-anthropic-billing-header: cc_version=1;\nThe rest of the instructions."
+    request = decode_messages(body(system=[{"type": "text", "text": text}]), CLAUDE_CODE)
+    assert request.messages[0] == Message("system", (Text(text),))
 
 
 def searched_tools(**extra: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from server.canonical import (
     ToolResult,
 )
 from server.errors import InvalidRequest, UnsupportedParameter
-from server.protocols.anthropic.options import DecodeOptions
+from server.protocols.anthropic.options import ATTRIBUTION, DecodeOptions
 from server.protocols.fields import Fields, describe
 from server.protocols.rules import IMAGE_MEDIA_TYPES, base64_bytes, https_url
 
@@ -46,15 +46,21 @@ _UNSUPPORTED_BLOCKS = frozenset(
 )
 
 
-def system_prompt(fields: Fields) -> tuple[Message, ...]:
-    """The system prompt: a string, or text blocks joined with blank lines."""
+def system_prompt(fields: Fields, options: DecodeOptions) -> tuple[Message, ...]:
+    """The system prompt: a string, or text blocks joined with blank lines (a client's
+    attribution block left out, where the operator says so)."""
     value = fields.raw("system")
     if value is None:
         return ()
     if isinstance(value, str):
         text = value
     elif isinstance(value, list):
-        text = "\n\n".join(_text(Fields(b, f"system.{i}")) for i, b in enumerate(value))
+        texts = [_text(Fields(b, f"system.{i}")) for i, b in enumerate(value)]
+        kept = [t for t in texts if not (options.attribution and ATTRIBUTION.fullmatch(t))]
+        if texts and not kept:
+            return ()  # the attribution alone
+        texts = kept
+        text = "\n\n".join(texts)
     else:
         raise InvalidRequest(
             f"system must be a string or an array of text blocks, not {describe(value)}",

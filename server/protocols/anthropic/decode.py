@@ -38,7 +38,7 @@ def decode_messages(body: Any, options: DecodeOptions | None = None) -> Generate
     fields = Fields(body)
     model = _model(fields)
     max_tokens = fields.integer("max_tokens", required=True, minimum=1)
-    conversation = system_prompt(fields) + messages(fields, options)
+    conversation = system_prompt(fields, options) + messages(fields, options)
     tools = _loaded(_tools(fields, options), conversation)
     _no_thread(fields)
     request = GenerateRequest(
@@ -61,7 +61,7 @@ def decode_count_tokens(body: Any, options: DecodeOptions | None = None) -> Gene
     options = options or DecodeOptions()
     fields = Fields(body)
     model = _model(fields)
-    conversation = system_prompt(fields) + messages(fields, options)
+    conversation = system_prompt(fields, options) + messages(fields, options)
     tools = _loaded(_tools(fields, options), conversation)
     request = GenerateRequest(
         model=model,
