@@ -253,6 +253,7 @@ class Generation:
                     async for output in outputs:
                         if "ttft" not in timing.phases:
                             timing.mark("ttft")
+                            record.cached_tokens = output.cached_tokens
                         record.completion_tokens = output.completion_tokens
                         metered = tracker.output(output.completion_tokens)
                         if metered is not None:

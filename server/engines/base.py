@@ -92,6 +92,7 @@ class EngineOutput:
     completion_tokens: int
     finish: EngineFinish | None = None
     logprobs: tuple[EngineLogprob, ...] = ()
+    cached_tokens: int = 0  # of the prompt, read from the prefix cache (known from the first)
 
 
 class Engine(Protocol):

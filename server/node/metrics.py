@@ -76,6 +76,13 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.prefix_hit_ratio = Gauge(
+            "b3os_infer_prefix_cache_hit_ratio",
+            "Of the prompt tokens of answers since start, the share served from the prefix cache",
+            ["model"],
+            registry=r,
+        )
+        self._prompted: dict[str, tuple[int, int]] = {}  # model -> (prompt, cached) tokens
         self.in_flight = Gauge(
             "b3os_infer_requests_in_flight", "Infer requests being answered", registry=r
         )
@@ -115,6 +122,11 @@ class Metrics:
         self.prompt_tokens.labels(record.model).inc(record.prompt_tokens)
         self.completion_tokens.labels(record.model).inc(record.completion_tokens)
         self.cached_tokens.labels(record.model).inc(record.cached_tokens)
+        prompt, cached = self._prompted.get(record.model, (0, 0))
+        prompt, cached = prompt + record.prompt_tokens, cached + record.cached_tokens
+        self._prompted[record.model] = prompt, cached
+        if prompt:
+            self.prefix_hit_ratio.labels(record.model).set(cached / prompt)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -63,7 +63,26 @@ MESSAGE = obj(
         "model": string(),
         "stop_reason": {"enum": ["end_turn", "max_tokens", "stop_sequence", "tool_use", "refusal"]},
         "stop_sequence": {"type": ["string", "null"]},
-        "usage": obj({"input_tokens": INTEGER, "output_tokens": INTEGER}),
+        "usage": obj(
+            {
+                "input_tokens": {
+                    **INTEGER,
+                    "description": "The prompt's tokens not read from the prefix cache, as "
+                    "Anthropic counts them: with the two cache counts, the whole prompt.",
+                },
+                "cache_creation_input_tokens": {
+                    **INTEGER,
+                    "description": "Always 0: the runtime caches every prefix it computes on its "
+                    "own, no request writes to the cache.",
+                },
+                "cache_read_input_tokens": {
+                    **INTEGER,
+                    "description": "The prompt's tokens read from the prefix cache.",
+                },
+                "output_tokens": INTEGER,
+            },
+            ("input_tokens", "output_tokens"),
+        ),
         "b3os": B3OS,
     },
     ("id", "type", "role", "content", "model", "stop_reason", "stop_sequence", "usage"),

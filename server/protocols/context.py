@@ -18,6 +18,7 @@ class ResponseContext:
     timing: Timing
     logprobs: bool = False  # the request asked for them
     route: str = "local"  # where the answer ran: local, or gateway
+    cached_tokens: int = 0  # of prompt_tokens, read from the prefix cache: known at the first token
 
     def b3os(self, *, streamed: bool) -> dict[str, Any]:
         """The B3OS extension object: where the answer ran and server-side milliseconds from the

@@ -8,6 +8,8 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import replace
+from functools import partial
 from typing import Any, Literal, Protocol
 
 import orjson
@@ -148,12 +150,18 @@ async def answer(
         logprobs=request_.sampling.logprobs,
         route=generation.route,
     )
-    encoder = stream(context) if request_.stream else None
     # Made last and iterated at once on both paths: the events end the tracker however they end.
     events = generation.events(prepared, record, tracker)
-    if encoder is None:
+    if not request_.stream:
         return json_response(body(await fold(events), context))
-    return await _stream(events, encoder, record)
+    return await _stream(events, partial(_encoder, stream, context), record)
+
+
+def _encoder(
+    stream: Callable[[ResponseContext], StreamEncoder], context: ResponseContext, cached: int
+) -> StreamEncoder:
+    """A stream's encoder, made at its first token, when the prompt's cached share is known."""
+    return stream(replace(context, cached_tokens=cached))
 
 
 async def _with_images(prepared: Prepared, who: Principal, timing: Timing) -> Prepared:
@@ -194,7 +202,9 @@ def _admit(who: Principal, prepared: Prepared) -> Ticket:
 
 
 async def _stream(
-    events: AsyncGenerator[Event, None], encoder: StreamEncoder, record: RequestRecord
+    events: AsyncGenerator[Event, None],
+    encoder_at_start: Callable[[int], StreamEncoder],
+    record: RequestRecord,
 ) -> Response:
     # The body below runs outside the request context: what it needs, taken now.
     request_id: str = g.request_id
@@ -207,6 +217,7 @@ async def _stream(
     except BaseException:
         await events.aclose()
         raise
+    encoder = encoder_at_start(record.cached_tokens)
 
     stall_s = server_state().settings.stream_stall_timeout
     # From here the events are the body's to close, but a client can leave before the body

@@ -32,6 +32,14 @@ CHAT_WEATHER_TOOL = {
 }
 
 
+def whole_prompt(usage: Any) -> int:
+    """A Messages answer's prompt tokens: Anthropic counts those read from the cache apart from
+    `input_tokens` (a wire dict or an SDK object)."""
+    read = usage.get if isinstance(usage, dict) else lambda name: getattr(usage, name, None)
+    names = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    return sum(int(read(name) or 0) for name in names)
+
+
 def deep_schema(levels: int) -> dict[str, Any]:
     """A JSON Schema nested `levels` deep (objects in properties)."""
     schema: dict[str, Any] = {"type": "string"}

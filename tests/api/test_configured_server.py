@@ -14,6 +14,7 @@ import openai
 import pytest
 
 from tests.api.conftest import Starting
+from tests.api.contract import whole_prompt
 from tests.api.conventions import assert_ids
 from tests.server_process import ServerProcess
 
@@ -95,7 +96,7 @@ def test_keep_renders_a_system_message_where_it_stands(
         )
     assert answer.status_code == 200, answer.text
     # Rendered in place, not moved to the top: the prompt differs from the moved one.
-    assert answer.json()["usage"]["input_tokens"] != moved.json()["input_tokens"]
+    assert whole_prompt(answer.json()["usage"]) != moved.json()["input_tokens"]
 
 
 def test_the_start_log_says_what_an_operator_needs(tls_server: ServerProcess) -> None:

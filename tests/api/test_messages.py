@@ -3,12 +3,15 @@ server and model. Assertions are on protocol shape, never on what the model says
 
 from __future__ import annotations
 
+import re
+import uuid
 from typing import Any
 
 import anthropic
 import httpx
 import pytest
 
+from tests.api.contract import whole_prompt
 from tests.api.conventions import COUNTING, assert_b3os, assert_ids, server_timing
 from tests.api.sse import events
 
@@ -115,7 +118,7 @@ def test_trailing_assistant_turn_is_continued_not_repeated(
     counted = anthropic_client.messages.count_tokens(model=model, messages=COUNTING)
     without = anthropic_client.messages.count_tokens(model=model, messages=COUNTING[:1])
     # The prefill is in the prompt, and an open assistant turn is not closed.
-    assert message.usage.input_tokens == counted.input_tokens > without.input_tokens
+    assert whole_prompt(message.usage) == counted.input_tokens > without.input_tokens
 
 
 def test_multi_turn_history_and_system_prompt(
@@ -132,7 +135,7 @@ def test_multi_turn_history_and_system_prompt(
     counted = anthropic_client.messages.count_tokens(
         model=model, system="Be brief.", messages=history
     )
-    assert message.usage.input_tokens == counted.input_tokens
+    assert whole_prompt(message.usage) == counted.input_tokens
 
 
 def test_system_blocks_are_joined_with_blank_lines(
@@ -152,7 +155,7 @@ def test_count_tokens_is_the_prompt_the_message_renders(
 ) -> None:
     counted = anthropic_client.messages.count_tokens(model=model, messages=HELLO)
     message = anthropic_client.messages.create(model=model, max_tokens=1, messages=HELLO)
-    assert counted.input_tokens == message.usage.input_tokens
+    assert counted.input_tokens == whole_prompt(message.usage)
 
 
 def test_count_tokens_raw_shape(http: httpx.Client, model: str) -> None:
@@ -219,3 +222,34 @@ def test_body_that_is_not_json(http: httpx.Client) -> None:
     )
     assert response.status_code == 415
     assert response.json()["b3os"]["code"] == "unsupported_media_type"
+
+
+@pytest.mark.every_engine
+def test_a_repeated_prompt_is_read_from_the_cache_and_counted_as_anthropic_counts(
+    http: httpx.Client, model: str
+) -> None:
+    """The second time a prompt comes, all of it but its last tokens is read from the prefix
+    cache: `cache_read_input_tokens` says how much, `input_tokens` the rest, and the two add up
+    to the prompt's count, in the body and in the stream's first and last events."""
+    nonce = uuid.uuid4().hex  # a prompt no earlier test sent
+    ask = [{"role": "user", "content": f"{nonce}: " + "Name a colour. " * 40}]
+    counted = http.post(
+        "/v1/infer/v1/messages/count_tokens", json={"model": model, "messages": ask}
+    ).json()["input_tokens"]
+    first = http.post("/v1/infer/v1/messages", json=messages_body(model, messages=ask)).json()
+    assert whole_prompt(first["usage"]) == counted
+    # At most what the template puts before the nonce (its default system prompt).
+    assert first["usage"]["cache_read_input_tokens"] < counted // 4
+    assert first["usage"]["cache_creation_input_tokens"] == 0
+    body = messages_body(model, messages=ask, stream=True)
+    with http.stream("POST", "/v1/infer/v1/messages", json=body) as response:
+        received = {name: data for name, data in events(response)}
+    start = received["message_start"]["message"]["usage"]
+    final = received["message_delta"]["usage"]
+    assert start == {**final, "output_tokens": 0}
+    assert whole_prompt(final) == counted
+    assert final["cache_read_input_tokens"] >= counted - 4, final  # all but the last tokens
+    assert final["input_tokens"] == counted - final["cache_read_input_tokens"] >= 1
+    metrics = http.get("/metrics").text
+    ratio = re.search(rf'b3os_infer_prefix_cache_hit_ratio{{model="{model}"}} (\S+)', metrics)
+    assert ratio is not None and 0 < float(ratio.group(1)) <= 1, metrics

@@ -23,7 +23,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api.contract import MODEL, TOO_LONG_FOR_THE_WINDOW
+from tests.api.contract import MODEL, TOO_LONG_FOR_THE_WINDOW, whole_prompt
 from tests.api.conventions import COUNTING, wait_for
 from tests.api.sse import events
 from tests.server_process import ServerProcess
@@ -368,7 +368,7 @@ def test_metering_equals_the_usage_clients_were_given(node: Node) -> None:
         )
         response = client.post("/v1/infer/v1/messages", json=messages_body())
         usage = response.json()["usage"]
-        given[response.headers["x-request-id"]] = (usage["input_tokens"], usage["output_tokens"])
+        given[response.headers["x-request-id"]] = (whole_prompt(usage), usage["output_tokens"])
         body = chat_body(stream=True, stream_options={"include_usage": True})
         with client.stream("POST", "/v1/infer/chat/completions", json=body) as stream:
             chunks = [data for _, data in events(stream) if data != "[DONE]"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from server.canonical import (
     Answer,
     Finish,
@@ -21,11 +23,21 @@ from server.errors import InvalidRequest, UnsupportedParameter
 from server.protocols.anthropic.encode import MessageStream, error_body, message_body
 from tests.unit.encoding import REQUEST_ID, context, parse_sse
 
-FINISH = Finish(FinishReason.STOP_SEQUENCE, Usage(7, 3, 2), stop_sequence="###")
+FINISH = Finish(FinishReason.STOP_SEQUENCE, Usage(7, 3, 5), stop_sequence="###")
+
+
+def usage(input_tokens: int, cached: int, output_tokens: int) -> dict[str, int]:
+    return {
+        "input_tokens": input_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+        "output_tokens": output_tokens,
+    }
 
 
 def test_stream_sends_anthropic_events_in_order() -> None:
-    stream = MessageStream(context())
+    # 5 of the prompt's 7 tokens read from the cache: counted as Anthropic counts them.
+    stream = MessageStream(replace(context(), cached_tokens=5))
     raw = (
         stream.start()
         + stream.encode(TextDelta("Hel"))
@@ -46,7 +58,7 @@ def test_stream_sends_anthropic_events_in_order() -> None:
     start = events[0][1]["message"]
     assert start["id"] == "msg_" + REQUEST_ID.removeprefix("req_")
     assert start["content"] == [] and start["stop_reason"] is None
-    assert start["usage"] == {"input_tokens": 7, "output_tokens": 0}
+    assert start["usage"] == usage(2, 5, 0)
     assert events[1][1] == {
         "type": "content_block_start",
         "index": 0,
@@ -55,7 +67,7 @@ def test_stream_sends_anthropic_events_in_order() -> None:
     assert [data["delta"]["text"] for _, data in events[2:4]] == ["Hel", "lo"]
     delta = events[5][1]
     assert delta["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "###"}
-    assert delta["usage"] == {"input_tokens": 7, "output_tokens": 3}
+    assert delta["usage"] == usage(2, 5, 3)
     assert delta["b3os"]["route"] == "local"
     assert delta["b3os"]["timing"]["ttft_ms"] == 12.5
 
@@ -80,7 +92,7 @@ def test_message_body_is_the_folded_stream() -> None:
     assert body["content"] == [{"type": "text", "text": "Hello"}]
     assert body["stop_reason"] == "stop_sequence"
     assert body["stop_sequence"] == "###"
-    assert body["usage"] == {"input_tokens": 7, "output_tokens": 3}
+    assert body["usage"] == usage(2, 5, 3)
     assert body["b3os"]["timing"]["model_ms"] == 40.0
     assert "ttft_ms" not in body["b3os"]["timing"]
 

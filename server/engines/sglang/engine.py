@@ -222,6 +222,7 @@ class SGLangEngine:
                     meta["completion_tokens"],
                     finish,
                     logprobs_of(meta, finish),
+                    int(meta.get("cached_tokens") or 0),
                 )
                 if finished:
                     return

@@ -44,7 +44,8 @@ class StreamReader:
             self._logprobs = len(meta.get("output_token_logprobs") or ())
         self._tokens = tokens
         finish = finish_of(meta, self._request)
-        return EngineOutput(text, tokens, finish, logprobs_of(meta, finish, skip))
+        cached = int(meta.get("cached_tokens") or 0)
+        return EngineOutput(text, tokens, finish, logprobs_of(meta, finish, skip), cached)
 
     def _is_cumulative(self, ids: Any, tokens: int) -> bool:
         """Until a chunk follows one with tokens, either reading gives the same text: such a

@@ -55,7 +55,7 @@ def message_body(answer: Answer, context: ResponseContext) -> dict[str, Any]:
         "content": [_block(part) for part in answer.content],
         "stop_reason": STOP_REASONS[answer.finish.reason],
         "stop_sequence": answer.finish.stop_sequence,
-        "usage": _usage(answer.finish),
+        "usage": _final_usage(answer.finish),
         "b3os": context.b3os(streamed=False),
     }
 
@@ -83,11 +83,22 @@ def tool_input(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _usage(finish: Finish) -> dict[str, int]:
+def _usage(prompt_tokens: int, cached_tokens: int, output_tokens: int) -> dict[str, int]:
+    """As Anthropic counts: `input_tokens` are the prompt's tokens not read from the cache, so
+    that the three input counts add up to the prompt (what clients such as Claude Code sum to
+    know how full the window is). The runtime keeps every prefix it computes on its own: no
+    request writes to the cache, so `cache_creation_input_tokens` is 0."""
     return {
-        "input_tokens": finish.usage.prompt_tokens,
-        "output_tokens": finish.usage.completion_tokens,
+        "input_tokens": prompt_tokens - cached_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached_tokens,
+        "output_tokens": output_tokens,
     }
+
+
+def _final_usage(finish: Finish) -> dict[str, int]:
+    usage = finish.usage
+    return _usage(usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
 
 
 class MessageStream:
@@ -109,7 +120,7 @@ class MessageStream:
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {"input_tokens": self._context.prompt_tokens, "output_tokens": 0},
+            "usage": _usage(self._context.prompt_tokens, self._context.cached_tokens, 0),
         }
         return sse.event({"type": "message_start", "message": message}, "message_start")
 
@@ -166,7 +177,7 @@ class MessageStream:
                 "stop_reason": STOP_REASONS[finish.reason],
                 "stop_sequence": finish.stop_sequence,
             },
-            "usage": _usage(finish),
+            "usage": _final_usage(finish),
             "b3os": self._context.b3os(streamed=True),
         }
         return (
