@@ -36,6 +36,7 @@ SCENARIOS = (
     "interference",
     "prefill",
     "decode",
+    "session",
 )
 
 
@@ -90,10 +91,17 @@ def _run(argv: list[str] | None) -> int:
         compare = from_url("compared", args.compare_url) if args.compare_url else None
         if args.compare_sglang:
             log = folder / "sglang-server.log"
-            compare = stack.enter_context(
-                started("SGLang", log, *server_args, command="sglang-server")
-            )
-        run = Run(Config.make(args.quick), folder, ours, compare, local=not args.base_url)
+            # Its usage says how much of each prompt its cache served, as ours does.
+            sglang = (*server_args, "--", "--enable-cache-report")
+            compare = stack.enter_context(started("SGLang", log, *sglang, command="sglang-server"))
+        run = Run(
+            Config.make(args.quick),
+            folder,
+            ours,
+            compare,
+            local=not args.base_url,
+            server_args=tuple(server_args),
+        )
         rows, notes = [], {}
         for name in args.scenarios or SCENARIOS:
             print(f"running {name} ({time.monotonic() - started_at:.0f} s)", file=sys.stderr)

@@ -25,6 +25,7 @@ class Sample:
     phases: dict[str, float] = field(default_factory=dict)  # Server-Timing, then b3os.timing
     request_id: str | None = None
     prompt_tokens: int = 0  # as the server's usage says
+    cached_tokens: int | None = None  # of them, read from the prefix cache (None: not said)
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -70,6 +71,7 @@ async def stream(
     first = last = None
     gaps: list[float] = []
     tokens = events = prompt_tokens = 0
+    cached: int | None = None
     extension: dict[str, Any] = {}
     async with http.stream("POST", target.url(protocol), json={**body, "stream": True}) as response:
         if response.status_code != 200:
@@ -90,6 +92,7 @@ async def stream(
                 last = now
             tokens = _output_tokens(protocol, data) or tokens
             prompt_tokens = _prompt_tokens(data) or prompt_tokens
+            cached = _cached_tokens(data) if _usage(data) else cached
             # The Responses API's b3os rides on its last event's response.
             extension = data.get("b3os") or (data.get("response") or {}).get("b3os") or extension
     ended = time.perf_counter()
@@ -97,7 +100,7 @@ async def stream(
         phases[f"b3os.{name}"] = value
     ttft = ((first or ended) - started) * 1000
     e2e = (ended - started) * 1000
-    return Sample(ttft, e2e, tokens, events, gaps, phases, request_id, prompt_tokens)
+    return Sample(ttft, e2e, tokens, events, gaps, phases, request_id, prompt_tokens, cached)
 
 
 async def load(
@@ -138,17 +141,36 @@ def _is_token_event(protocol: str, data: dict[str, Any]) -> bool:
     return bool(delta.get("content") or delta.get("tool_calls") or delta.get("reasoning_content"))
 
 
-def _prompt_tokens(data: dict[str, Any]) -> int | None:
-    """From any protocol's usage: chat's last chunk, message_start, response.completed."""
+def _usage(data: dict[str, Any]) -> dict[str, Any] | None:
+    """Any protocol's usage: chat's last chunk, message_start and message_delta,
+    response.completed."""
     usage = (
         data.get("usage")
         or (data.get("message") or {}).get("usage")
         or (data.get("response") or {}).get("usage")
     )
+    return usage or None
+
+
+def _prompt_tokens(data: dict[str, Any]) -> int | None:
+    """The whole prompt: Anthropic counts the tokens read from the cache apart."""
+    usage = _usage(data)
     if not usage:
         return None
     value = usage.get("prompt_tokens") or usage.get("input_tokens")
-    return int(value) if value else None
+    if value is None:
+        return None
+    cache = ("cache_read_input_tokens", "cache_creation_input_tokens")
+    return int(value) + sum(int(usage.get(name) or 0) for name in cache) or None
+
+
+def _cached_tokens(data: dict[str, Any]) -> int | None:
+    usage = _usage(data) or {}
+    if "cache_read_input_tokens" in usage:
+        return int(usage["cache_read_input_tokens"] or 0)
+    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
+    value = details.get("cached_tokens")
+    return None if value is None else int(value)
 
 
 def _output_tokens(protocol: str, data: dict[str, Any]) -> int | None:

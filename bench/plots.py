@@ -71,6 +71,26 @@ def _decode(axes: Any, rows: list[Row]) -> None:
     axes.legend(fontsize=6)
 
 
+def _sessions(axes: Any, rows: list[Row]) -> None:
+    """Each session's requests in order: time to first token, the share cached as a label."""
+    lines: dict[str, list[tuple[float, float | None]]] = defaultdict(list)
+    for row in rows:
+        match = re.fullmatch(r"(\S+) (live )?t\d+\.\d+ \((.+)\)", row.case)
+        ttft = row.values.get("TTFT ms")
+        if match and ttft is not None:
+            label = f"{match.group(1)}{' live' if match.group(2) else ''} ({match.group(3)})"
+            lines[label].append((ttft, row.values.get("cached %")))
+    for label, points in lines.items():
+        xs = range(1, len(points) + 1)
+        axes.plot(xs, [ttft for ttft, _ in points], marker="o", label=label)
+        for x, (ttft, share) in zip(xs, points, strict=True):
+            if share is not None:
+                axes.annotate(f"{share:.0f}%", (x, ttft), fontsize=5)
+    axes.set(yscale="log", xlabel="request of the session", ylabel="TTFT (ms)")
+    axes.set_title("agent sessions (labels: % of the prompt cached)")
+    axes.legend(fontsize=6)
+
+
 def plot(rows: list[Row], path: Path) -> Path | None:
     import matplotlib
 
@@ -87,6 +107,7 @@ def plot(rows: list[Row], path: Path) -> Path | None:
         ("constrained decoding", lambda ax, r: _bars(ax, r, "server ttft p50 ms", "constraints")),
         ("front-end overhead", lambda ax, r: _bars(ax, r, "per event us", "overhead per event")),
         ("decode", _decode),
+        ("agent sessions", _sessions),
     ]
     present = [(name, draw) for name, draw in panels if by_scenario.get(name)]
     if not present:

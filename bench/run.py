@@ -16,3 +16,4 @@ class Run:
     ours: Target
     compare: Target | None = None  # another server measured side by side
     local: bool = True  # ours was started by this run, on this machine
+    server_args: tuple[str, ...] = ()  # what ours was started with (--server-args)

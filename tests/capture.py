@@ -32,7 +32,7 @@ def _events() -> bytes:
     text = {"type": "text", "text": ""}
     delta = {"type": "text_delta", "text": "Done."}
     end = {"stop_reason": "end_turn"}
-    events = [
+    events: list[dict[str, Any]] = [
         {"type": "message_start", "message": start},
         {"type": "content_block_start", "index": 0, "content_block": text},
         {"type": "content_block_delta", "index": 0, "delta": delta},
@@ -84,10 +84,13 @@ class _ForwardHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         size = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(size)
-        self.server.captured.append((self.path, json.loads(raw or b"{}")))
+        with self.server.lock:
+            index = len(self.server.captured)
+            self.server.captured.append((self.path, json.loads(raw or b"{}")))
         headers = {k: v for k, v in self.headers.items() if k.lower() in _FORWARDED}
         url = self.server.upstream + self.path
         with httpx.stream("POST", url, content=raw, headers=headers, timeout=900) as answer:
+            self.server.request_ids[index] = answer.headers.get("x-request-id")
             self.send_response(answer.status_code)
             self.send_header("content-type", answer.headers.get("content-type", ""))
             self.end_headers()
@@ -105,15 +108,20 @@ _FORWARDED = ("authorization", "content-type", "accept", "x-api-key", "anthropic
 
 class _RecordingServer(ThreadingHTTPServer):
     captured: list[tuple[str, Any]]
+    request_ids: dict[int, str | None]  # by index in captured: the upstream's x-request-id
     upstream: str
+    lock: threading.Lock
 
 
 @contextmanager
 def recording(upstream: str) -> Iterator[_RecordingServer]:
     """A proxy on a free port in front of `upstream` (the real server's origin): `.captured`
-    holds (path, body) of what went through it, in arrival order."""
+    holds (path, body) of what went through it, in arrival order, and `.request_ids` the
+    request id each was answered with."""
     server = _RecordingServer(("127.0.0.1", 0), _ForwardHandler)
     server.captured = []
+    server.request_ids = {}
+    server.lock = threading.Lock()
     server.upstream = upstream
     with _serving(server):
         yield server

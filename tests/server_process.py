@@ -87,6 +87,7 @@ class ServerProcess:
         shared libraries they loaded among them."""
         import psutil
 
+        assert self._process is not None, "not started"
         root = psutil.Process(self._process.pid)
         mapped: set[str] = set()
         for process in [root, *root.children(recursive=True)]:

@@ -1,7 +1,13 @@
-"""The bench's own arithmetic: percentiles, Server-Timing parsing, tables."""
+"""The bench's own arithmetic: percentiles, Server-Timing parsing, usage, tables; its recorded
+sessions."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
+from bench import client, sessions
 from bench.client import Sample, server_timing
 from bench.report import Row, markdown
 from bench.stats import latency, percentile
@@ -37,3 +43,36 @@ def test_markdown_table_per_scenario() -> None:
         "### s", "", "note", "", "| case | x | y |", "|---|---|---|",
         "| a | 1.23 | - |", "| b | - | 12.0 |",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("event", "prompt", "cached"),
+    [
+        # Messages: Anthropic counts the cached tokens apart from input_tokens.
+        ({"type": "message_delta", "usage": {"input_tokens": 3, "cache_read_input_tokens": 90,
+          "cache_creation_input_tokens": 0, "output_tokens": 2}}, 93, 90),
+        ({"choices": [], "usage": {"prompt_tokens": 93, "completion_tokens": 2,
+          "prompt_tokens_details": {"cached_tokens": 90}}}, 93, 90),
+        ({"type": "response.completed", "response": {"usage": {"input_tokens": 93,
+          "input_tokens_details": {"cached_tokens": 90}, "output_tokens": 2}}}, 93, 90),
+        ({"choices": [], "usage": {"prompt_tokens": 93, "completion_tokens": 2}}, 93, None),
+    ],
+)  # fmt: skip
+def test_the_prompt_and_its_cached_share_are_read_from_each_apis_usage(
+    event: dict[str, Any], prompt: int, cached: int | None
+) -> None:
+    assert client._prompt_tokens(event) == prompt
+    assert client._cached_tokens(event) == cached
+
+
+def test_every_recorded_session_loads_with_its_requests_in_turn_order() -> None:
+    for agent in sessions.AGENTS:
+        session = sessions.load(agent)
+        assert session.agent == agent and session.requests, agent
+        turns = [request.turn for request in session.requests]
+        assert turns == sorted(turns) and set(turns) == {1, 2, 3}, (agent, turns)
+        assert {request.protocol for request in session.requests} <= {
+            "messages",
+            "chat",
+            "responses",
+        }

@@ -1,0 +1,7 @@
+"""python -m bench.sessions record"""
+
+import sys
+
+from bench.sessions import main
+
+sys.exit(main(sys.argv[1:]))
