@@ -3,13 +3,16 @@ command, on the embedded model's 32,768-token window), each configured exactly a
 says (its config blocks are read from README.md): a headless run with the agent's own default
 tools ends with its final answer and exit 0 (or, where the tiny model repeats itself to the
 node's --max-output-tokens, with the cut answer reported as the agent reports its own maximum),
-and every request it made was served in full. Each run goes through a recording proxy, so the
+and every request it made was served in full; the session's next turn reads all of the last
+one's prompt from the prefix cache. Each run goes through a recording proxy, so the
 prompts each agent really sends are kept as the node served them; a Codex prompt past the window
 meets exactly the context error, which Codex reads as such."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,8 @@ OLD_WINDOW = 8192  # the embedded model's own, which these prompts were refused 
 CODEX_OUT_OF_ROOM = "Codex ran out of room in the model's context window."
 CODEX_INCOMPLETE = "Incomplete response returned, reason: max_output_tokens"
 ASK = "Say hello."
+NEXT_ASK = "Now say it in French."
+PAGE = 4  # tokens the runtime may leave uncached at the end of a kept prefix
 
 
 def requests_served(
@@ -42,6 +47,26 @@ def requests_served(
     assert entries and all(entry["status"] == "succeeded" for entry in entries), entries
     assert len(entries) == len(captured), (entries, [path for path, _ in captured])
     return entries
+
+
+def next_turn(
+    node: ServerProcess, route: str, run: Callable[[str], subprocess.CompletedProcess[str]]
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """The agent run again (`run` takes its base URL) through a recording proxy: its exit, and
+    the request log's entry of each request it made."""
+    before = set(served(node, route))
+    with recording(node.origin) as proxy:
+        done = run(f"http://127.0.0.1:{proxy.server_port}/v1/infer")
+    return done, requests_served(node, route, before, proxy.captured)
+
+
+def assert_reads_the_last_turn_from_the_cache(last: dict[str, Any], first: dict[str, Any]) -> None:
+    """A session's next turn resends the conversation and adds to it: its first request reads
+    all of the last turn's prompt from the cache (and what was generated after it, which the
+    runtime keeps too), so that only the answer and the new ask are computed."""
+    usage = first["usage"]
+    assert usage["cached_tokens"] >= last["usage"]["prompt_tokens"] - PAGE, (last, first)
+    assert usage["prompt_tokens"] > last["usage"]["prompt_tokens"], (last, first)
 
 
 def test_codex_exec_with_its_default_tools_runs_to_its_final_answer(
@@ -65,13 +90,20 @@ def test_codex_exec_with_its_default_tools_runs_to_its_final_answer(
     print(f"Codex: {[entry['usage'] for entry in entries]}")
     if done.returncode == 0:
         assert "ERROR" not in output and done.stdout.strip(), output  # its final answer
-        return
-    # Sampled at the model's own temperature (0.2), the 135M model now and then repeats itself.
-    # Codex names no maximum: the node ends that answer at its --max-output-tokens,
-    # `incomplete` for max_output_tokens, and Codex, having streamed it, says so and exits 1,
-    # as it does with OpenAI: that path, and that the answer ran that far.
-    assert CODEX_INCOMPLETE in output, output
-    assert entries[-1]["usage"]["completion_tokens"] == AGENT_MAX_OUTPUT_TOKENS, entries[-1]
+    else:
+        # Sampled at the model's own temperature (0.2), the 135M model now and then repeats
+        # itself. Codex names no maximum: the node ends that answer at its --max-output-tokens,
+        # `incomplete` for max_output_tokens, and Codex, having streamed it, says so and exits
+        # 1, as it does with OpenAI: that path, and that the answer ran that far.
+        assert CODEX_INCOMPLETE in output, output
+        assert entries[-1]["usage"]["completion_tokens"] == AGENT_MAX_OUTPUT_TOKENS, entries[-1]
+    # The session's next turn (`codex exec resume --last`).
+    home, work = tmp_path / "home", tmp_path / "work"
+    _, resumed = next_turn(
+        agent_node, route, lambda url: codex(url, home, work, NEXT_ASK, resume=True)
+    )
+    print(f"Codex, its next turn: {[entry['usage'] for entry in resumed]}")
+    assert_reads_the_last_turn_from_the_cache(entries[-1], resumed[0])
 
 
 def test_a_codex_prompt_past_the_window_meets_the_context_error(
@@ -124,3 +156,12 @@ def test_opencode_run_runs_to_its_final_answer(
         assert entry["usage"]["prompt_tokens"] + limit["output"] <= limit["context"], entry
         assert entry["usage"]["completion_tokens"] <= AGENT_MAX_OUTPUT_TOKENS, entry
     print(f"opencode: {[entry['usage'] for entry in entries]}")
+    # The session's next turn (`opencode run --continue`): no title request this time.
+    home, work = tmp_path / "home", tmp_path / "work"
+    done, resumed = next_turn(
+        agent_node, route, lambda url: opencode(url, home, work, NEXT_ASK, resume=True)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    print(f"opencode, its next turn: {[entry['usage'] for entry in resumed]}")
+    turn = [e for (_, body), e in zip(proxy.captured, entries, strict=True) if "tools" in body]
+    assert_reads_the_last_turn_from_the_cache(turn[-1], resumed[0])
