@@ -19,6 +19,8 @@ DEFAULT_MAX_REQUEST_BYTES = 10 * 1024 * 1024
 DEFAULT_ENGINE_TIMEOUT_S = 600.0
 DEFAULT_MAX_QUEUE_WAIT_S = 120.0
 DEFAULT_GATEWAY_TIMEOUT_S = 120.0
+DEFAULT_RESPONSE_STORE_MB = 256.0
+DEFAULT_RESPONSE_STORE_DAYS = 30.0
 DEVICES = ("cuda", "cpu")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 SYSTEM_IN_MESSAGES = ("refuse", "keep")
@@ -69,6 +71,9 @@ class Settings:
     db: Path | None = None  # the key and metering store; None: the node runs open
     limits: Path | None = None  # the limits file; None: the defaults
     max_queue_wait: float = DEFAULT_MAX_QUEUE_WAIT_S  # 0: no bound
+    # Responses kept (`store`): in --db, else in memory; the oldest dropped past either bound.
+    response_store_mb: float = DEFAULT_RESPONSE_STORE_MB
+    response_store_days: float = DEFAULT_RESPONSE_STORE_DAYS
     # SGLang's deterministic inference, so seeds take effect. None: on in this process; with
     # sglang-remote, as the remote's workers run (off where that cannot be learned).
     deterministic_sampling: bool | None = None
@@ -194,6 +199,18 @@ _OPTIONS = (
         "unstarted and refused with 503 (its own prefill does not count); with sglang-remote, "
         "the workers' own bound applies (b3os-infer sglang-server --max-queue-wait); 0: no "
         f"bound (default {DEFAULT_MAX_QUEUE_WAIT_S:.0f})",
+        float,
+    ),
+    _Option(
+        "response_store_mb",
+        "the Responses API's stored responses (store, the default): at most this many MiB, the "
+        f"oldest dropped first; kept in --db, else in memory (default {DEFAULT_RESPONSE_STORE_MB})",
+        float,
+    ),
+    _Option(
+        "response_store_days",
+        "stored responses are dropped after this many days "
+        f"(default {DEFAULT_RESPONSE_STORE_DAYS:g})",
         float,
     ),
     _Option(

@@ -36,6 +36,7 @@ from server.protocols.anthropic.options import DecodeOptions
 from server.protocols.responses.tools import ResponsesOptions
 from server.requestlog import RequestLog
 from server.store.base import Store
+from server.store.responses import Bounds, MemoryResponses, ResponseStore, SqliteResponses
 from server.store.sqlite import SqliteStore
 from server.store.writer import StoreWriter
 from server.tokenizer import load_tokenizer
@@ -65,6 +66,7 @@ class ServerState:
     # Running as a node: keys, limits, metering, metrics (built from the settings).
     store: Store | None = field(init=False, default=None)
     writer: StoreWriter | None = field(init=False, default=None)  # metering and the request log
+    responses: ResponseStore = field(init=False)  # the Responses API's kept responses
     auth: Authenticator = field(init=False)
     admission: Admission = field(init=False)
     meter: Meter = field(init=False)
@@ -78,6 +80,11 @@ class ServerState:
             self.store = SqliteStore(self.settings.db)
             self.writer = StoreWriter(self.store)
             self.requests = RequestLog(writer=self.writer)
+        bounds = Bounds.of(self.settings.response_store_mb, self.settings.response_store_days)
+        if self.settings.db is not None:
+            self.responses = SqliteResponses(self.settings.db, bounds)
+        else:
+            self.responses = MemoryResponses(bounds)
         self.auth = Authenticator(self.store)
         self.meter = Meter(self.writer)
         settings = self.settings
@@ -196,6 +203,7 @@ class ServerState:
             await self.writer.close()
         if self.store is not None:
             self.store.close()
+        self.responses.close()
 
     @property
     def responses_options(self) -> ResponsesOptions:

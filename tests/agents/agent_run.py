@@ -2,7 +2,7 @@
 node, on the SDK's default model class, OpenAIResponsesModel (POST /responses). It runs in its
 own environment, tests/agents/.venv (the SDK needs openai>=3; .venv's is SGLang's 2.8.0):
 
-    tests/agents/.venv/bin/python tests/agents/agent_run.py BASE_URL MODEL
+    tests/agents/.venv/bin/python tests/agents/agent_run.py BASE_URL MODEL [conversation]
 
 and prints one JSON line: the tool's calls, the run's new items, its final output, the SDK's
 record of each model response, and every request the SDK sent with the node's answer to it
@@ -16,6 +16,10 @@ one call of the tool, its one argument at most 16 characters; then the tool turn
 answer, and its answer is a string of at most 60 characters (an output type: the SDK asks for
 JSON {"response": ...} and hands back the string). The agent's settings are otherwise the
 SDK's defaults, so what it sends is what any agent sends.
+
+`conversation`: the SDK's own chaining instead, two runs of an agent without tools, the first
+with `auto_previous_response_id`, the second continuing it with `previous_response_id` (the
+node keeps responses): what was sent and answered, and each run's last response id.
 """
 
 from __future__ import annotations
@@ -80,13 +84,18 @@ def get_weather(city: Annotated[str, Field(max_length=16)]) -> str:
     return f"Sunny, 21 C in {city}"
 
 
-async def main(base_url: str, model: str) -> None:
+def use_node(base_url: str) -> None:
+    """The SDK's default client: the node, every exchange recorded, no retries, no tracing."""
     http_client = DefaultAsyncHttpxClient(
         event_hooks={"request": [on_request], "response": [on_response]}
     )
     client = AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0, http_client=http_client)
     set_default_openai_client(client)
     set_tracing_disabled(True)
+
+
+async def main(base_url: str, model: str) -> None:
+    use_node(base_url)
     agent = Agent(
         name="weather",
         instructions="Answer with the weather the get_weather tool reports.",
@@ -131,5 +140,28 @@ async def main(base_url: str, model: str) -> None:
     print(json.dumps(report))
 
 
+async def conversation(base_url: str, model: str) -> None:
+    use_node(base_url)
+    agent = Agent(
+        name="chat",
+        instructions="Answer in a few words.",
+        model=model,
+        output_type=Annotated[str, Field(max_length=40)],  # ends within max_tokens
+        model_settings=ModelSettings(temperature=0, max_tokens=128),
+    )
+    config = RunConfig(model_provider=MultiProvider(unknown_prefix_mode="model_id"))
+    first = await Runner.run(
+        agent, "My name is Ada.", run_config=config, auto_previous_response_id=True
+    )
+    second = await Runner.run(
+        agent, "What is my name?", run_config=config, previous_response_id=first.last_response_id
+    )
+    ids = [first.last_response_id, second.last_response_id]
+    print(json.dumps({"response_ids": ids, "exchanges": exchanges}))
+
+
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    if sys.argv[3:] == ["conversation"]:
+        asyncio.run(conversation(sys.argv[1], sys.argv[2]))
+    else:
+        asyncio.run(main(sys.argv[1], sys.argv[2]))

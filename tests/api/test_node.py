@@ -506,3 +506,44 @@ def test_metrics_parse_and_count(node: Node) -> None:
     assert total("b3os_infer_inter_token_latency_seconds", "_count") >= 5
     assert total("b3os_infer_completion_tokens", "_total", model=MODEL) >= 6
     assert total("b3os_infer_engine_queue_depth", "") >= 0
+
+
+# --- the Responses API's kept responses ----------------------------------------------------------
+
+
+def test_kept_responses_belong_to_their_organization_and_survive_a_restart(node: Node) -> None:
+    """Kept in --db: a chain of previous_response_id goes on after the node restarts; another
+    organization is told none of it exists, whatever it asks."""
+
+    def sdk(key: str) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{node.process.origin}/v1/infer", api_key=key)
+
+    acme, other = sdk(node.keys["acme"]), sdk(node.keys["other"])
+    small: dict[str, Any] = {"model": MODEL, "max_output_tokens": 4, "temperature": 0}
+    first = acme.responses.create(input="My name is Ada.", **small)
+    second = acme.responses.create(input="What is my name?", previous_response_id=first.id, **small)
+    for attempt in (
+        lambda: other.responses.retrieve(second.id),
+        lambda: other.responses.delete(second.id),
+        lambda: other.responses.input_items.list(second.id),
+        lambda: other.responses.create(input="Hi", previous_response_id=second.id, **small),
+        lambda: other.responses.input_tokens.count(
+            model=MODEL, input="Hi", previous_response_id=second.id
+        ),
+    ):
+        with pytest.raises(openai.NotFoundError) as raised:
+            attempt()
+        assert "My name is Ada" not in str(raised.value.body)  # never the body
+    node.process.kill()
+    node.process.start()
+    node.process.wait_ready()
+    assert acme.responses.retrieve(second.id).output == second.output
+    third = acme.responses.create(input="Say it again.", previous_response_id=second.id, **small)
+    assert third.usage is not None and second.usage is not None
+    assert third.usage.input_tokens > second.usage.input_tokens  # the whole chain, kept
+    listed = acme.responses.input_items.list(third.id, order="asc")
+    assert [item.content[0].text for item in listed.data if item.type == "message"][:1] == [
+        "My name is Ada."
+    ]
+    with pytest.raises(openai.NotFoundError):
+        other.responses.retrieve(third.id)

@@ -78,7 +78,7 @@ def test_sdk_creates_a_response(openai_client: openai.OpenAI, model: str) -> Non
     assert response.object == "response"
     assert response.model == model
     assert response.status in ("completed", "incomplete")
-    assert response.store is False
+    assert response.store is True  # OpenAI's default: kept
     assert response.previous_response_id is None
     [item] = response.output
     assert item.type == "message"
@@ -110,7 +110,7 @@ def test_the_json_body_as_openai_writes_it(http: httpx.Client, model: str) -> No
     assert data["max_output_tokens"] == 8
     assert data["tools"] == [] and data["tool_choice"] == "auto"
     assert data["text"] == {"format": {"type": "text"}}
-    assert data["truncation"] == "disabled" and data["store"] is False
+    assert data["truncation"] == "disabled" and data["store"] is True  # OpenAI's default
     assert data["error"] is None and data["background"] is False
     # Left unset: sampled as the embedded model recommends (its generation_config.json).
     assert (data["temperature"], data["top_p"]) == (0.2, 0.9)

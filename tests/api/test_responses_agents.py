@@ -11,15 +11,18 @@ import json
 import subprocess
 from typing import Any
 
+import httpx
+
 from tests.conftest import repo_root
 from tests.server_process import ServerProcess
 
 
-def run_agent(server: ServerProcess, model: str) -> dict[str, Any]:
+def run_agent(server: ServerProcess, model: str, *mode: str) -> dict[str, Any]:
     python = repo_root() / "tests/agents/.venv/bin/python"
     assert python.exists(), "no Agents SDK environment: make tests/agents/.venv/.installed"
+    script = str(repo_root() / "tests/agents/agent_run.py")
     done = subprocess.run(
-        [str(python), str(repo_root() / "tests/agents/agent_run.py"), server.base_url, model],
+        [str(python), script, server.base_url, model, *mode],
         capture_output=True,
         text=True,
         timeout=300,
@@ -82,7 +85,7 @@ def test_an_agent_runs_its_tool_to_a_final_answer(server: ServerProcess, model: 
     for exchange, recorded in zip(exchanges, result["raw_responses"], strict=True):
         response = exchange["response"]
         assert response["object"] == "response" and response["status"] == "completed"
-        assert response["store"] is False and response["error"] is None
+        assert response["store"] is True and response["error"] is None  # the SDK sends none
         usage = response["usage"]
         assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
         assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
@@ -92,3 +95,27 @@ def test_an_agent_runs_its_tool_to_a_final_answer(server: ServerProcess, model: 
             "output_tokens": usage["output_tokens"],
             "total_tokens": usage["total_tokens"],
         }
+
+
+def test_the_sdks_own_chaining_continues_a_kept_response(server: ServerProcess, model: str) -> None:
+    """`auto_previous_response_id`, then `previous_response_id`: the second run sends only its
+    own ask, and the node answers it with the whole conversation's prompt."""
+    result = run_agent(server, model, "conversation")
+    first, second = result["exchanges"]
+    assert [e["status_code"] for e in (first, second)] == [200, 200], result
+    assert result["response_ids"] == [first["response"]["id"], second["response"]["id"]]
+    sent = second["request"]
+    assert sent["previous_response_id"] == first["response"]["id"]
+    assert [item["content"] for item in sent["input"]] == ["What is my name?"]
+    assert second["response"]["previous_response_id"] == first["response"]["id"]
+    # The prompt is the whole conversation's: counted as if sent whole.
+    whole = {
+        key: value
+        for key, value in sent.items()
+        if key not in ("previous_response_id", "stream", "max_output_tokens", "include")
+    }
+    whole["input"] = [*first["request"]["input"], *first["response"]["output"], *sent["input"]]
+    with httpx.Client(base_url=server.origin, timeout=60) as client:
+        counted = client.post("/v1/infer/responses/input_tokens", json=whole)
+    assert counted.status_code == 200, counted.text
+    assert counted.json()["input_tokens"] == second["response"]["usage"]["input_tokens"]

@@ -78,7 +78,7 @@ def test_the_openai_node_sdks_raw_stream(openai_stream: dict[str, Any], model: s
         "stream": True,
     }
     response = raw["response"]
-    assert response["object"] == "response" and response["store"] is False
+    assert response["object"] == "response" and response["store"] is True  # the default
     assert response["max_output_tokens"] == 16
     assert response["usage"]["output_tokens"] <= 16
     if not response["output"]:  # no text at all: nothing between the lifecycle events

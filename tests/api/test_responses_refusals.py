@@ -10,19 +10,16 @@ import httpx
 import pytest
 
 ROUTE = "/v1/infer/responses"
-STATELESS = "this node keeps no conversation state; send the whole conversation as input"
+STATELESS = (
+    "this node keeps no conversation objects; send the whole conversation as input, or "
+    "continue a stored response with previous_response_id"
+)
 UNSUPPORTED = ("unsupported_parameter", "invalid_request_error")
 INVALID = ("invalid_request", "invalid_request_error")
 TOOL = {"type": "function", "name": "f", "parameters": {"type": "object"}}
 
 # (what the body adds, the code and type, param, the message).
 REFUSALS: dict[str, tuple[dict[str, Any], tuple[str, str], str, str]] = {
-    "previous_response_id": (
-        {"previous_response_id": "resp_1"},
-        UNSUPPORTED,
-        "previous_response_id",
-        f"previous_response_id is not supported: {STATELESS}",
-    ),
     "conversation": (
         {"conversation": "conv_1"},
         UNSUPPORTED,
@@ -34,12 +31,6 @@ REFUSALS: dict[str, tuple[dict[str, Any], tuple[str, str], str, str]] = {
         UNSUPPORTED,
         "prompt",
         f"prompt is not supported: {STATELESS}",
-    ),
-    "store": (
-        {"store": True},
-        UNSUPPORTED,
-        "store",
-        f"store: true is not supported: {STATELESS}; send store: false or leave it out",
     ),
     "background": (
         {"background": True},

@@ -1,7 +1,7 @@
 """OpenAI Responses request JSON -> the canonical request and what the response object repeats of
-it, every member checked: taken, accepted and ignored, or `unsupported_parameter` naming it. The
-node is stateless: `store` is false, and what needs a stored response or conversation is
-refused with the reason."""
+it, every member checked: taken, accepted and ignored, or `unsupported_parameter` naming it.
+`store` and `previous_response_id` are taken (the route keeps and continues stored responses,
+`server.routes.responses`); what needs a conversation object is refused with the reason."""
 
 from __future__ import annotations
 
@@ -54,6 +54,8 @@ class ResponsesEcho:
     user: str | None = None
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
+    store: bool = True  # OpenAI's default: the response is kept
+    previous_response_id: str | None = None
     # The names the model may call, as their calls come back (the name inside a namespace).
     targets: dict[str, CallTarget] = field(default_factory=dict)
     sampling_set: frozenset[str] = frozenset()  # temperature, top_p: those the request set
@@ -74,7 +76,7 @@ def decode_responses(
 ) -> tuple[GenerateRequest, ResponsesEcho]:
     fields = Fields(body)
     model = fields.string("model", required=True, min_length=1, max_length=256)
-    _stateless(fields)
+    store, previous = _state(fields)
     instructions = fields.value.get("instructions")
     messages = conversation(fields)
     found, wire_tools = tools(fields, options or ResponsesOptions())
@@ -118,6 +120,8 @@ def decode_responses(
         user=fields.string("user"),
         prompt_cache_key=fields.string("prompt_cache_key"),  # the prefix cache needs no key
         safety_identifier=fields.string("safety_identifier"),
+        store=store,
+        previous_response_id=previous,
         targets=targets(found),
         sampling_set=frozenset(
             name for name in ("temperature", "top_p") if getattr(sampling, name) is not None
@@ -128,18 +132,15 @@ def decode_responses(
     return request, echo
 
 
-def _stateless(fields: Fields) -> None:
-    """What would need the node to keep responses or conversations, refused with the reason;
-    the settings that mean "keep nothing" taken."""
-    for name in ("previous_response_id", "conversation", "prompt"):
+def _state(fields: Fields) -> tuple[bool, str | None]:
+    """Whether the response is kept (OpenAI's default: it is) and the stored response it
+    continues; what needs a conversation object or a stored prompt refused with the reason."""
+    for name in ("conversation", "prompt"):
         if name in fields:
             raise UnsupportedParameter(f"{name} is not supported: {STATELESS}", param=name)
         fields.raw(name)
-    if fields.boolean("store"):
-        raise UnsupportedParameter(
-            f"store: true is not supported: {STATELESS}; send store: false or leave it out",
-            param="store",
-        )
+    store = fields.boolean("store")
+    previous = fields.string("previous_response_id", min_length=1)
     if fields.boolean("background"):
         raise UnsupportedParameter(
             "background: true is not supported: this node answers while the request is open; "
@@ -159,6 +160,7 @@ def _stateless(fields: Fields) -> None:
             param="max_tool_calls",
         )
     fields.raw("max_tool_calls")  # null: unset
+    return store is not False, previous
 
 
 def _include(fields: Fields) -> bool:

@@ -6,7 +6,7 @@ and the stream's last event carries the whole response, as the JSON body would b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from server.canonical import (
@@ -64,12 +64,12 @@ def response_object(
         "model": context.model,
         "output": list(output),
         "parallel_tool_calls": echo.parallel_tool_calls,
-        "previous_response_id": None,
+        "previous_response_id": echo.previous_response_id,
         "prompt_cache_key": echo.prompt_cache_key,
         "reasoning": echo.reasoning,
         "safety_identifier": echo.safety_identifier,
         "service_tier": echo.service_tier,
-        "store": False,
+        "store": echo.store,
         "temperature": echo.temperature,
         "text": echo.text,
         "tool_choice": echo.tool_choice,
@@ -197,11 +197,18 @@ class ResponseStream:
     """Writes one response's events as OpenAI does: `response.created` and `.in_progress`, then
     per output item `output_item.added`, its parts and deltas, `output_item.done`, and last
     `response.completed` (or `.incomplete`, cut by max_output_tokens) with the whole response.
-    A failure after the start is an `error` event and `response.failed`."""
+    A failure after the start is an `error` event and `response.failed`. `ended` hears of the
+    whole response as the last event carries it (to keep it, where the request says so)."""
 
-    def __init__(self, context: ResponseContext, echo: ResponsesEcho) -> None:
+    def __init__(
+        self,
+        context: ResponseContext,
+        echo: ResponsesEcho,
+        ended: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self._context = context
         self._echo = echo
+        self._ended = ended
         self._sequence = 0
         self._output: list[dict[str, Any]] = []  # the items done
         self._open: dict[str, Any] | None = None  # the item being written
@@ -352,6 +359,8 @@ class ResponseStream:
         out = self._close(status)
         response = self._response(status, finish=finish)
         response["b3os"] = self._context.b3os(streamed=True)
+        if self._ended is not None:
+            self._ended(response)
         kind = "response.incomplete" if status == "incomplete" else "response.completed"
         return out + self._event(kind, response=response)
 

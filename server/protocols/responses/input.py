@@ -29,7 +29,10 @@ _PARTS: dict[Role, tuple[str, ...]] = {
     "assistant": ("output_text", "refusal"),
 }
 _STATUSES = ("in_progress", "completed", "incomplete")
-STATELESS = "this node keeps no conversation state; send the whole conversation as input"
+STATELESS = (
+    "this node keeps no conversation objects; send the whole conversation as input, or "
+    "continue a stored response with previous_response_id"
+)
 
 
 def conversation(fields: Fields) -> tuple[Message, ...]:
