@@ -19,7 +19,10 @@ from server.openapi.responses import (
 from server.openapi.schemas import (
     ANTHROPIC_EVENT,
     COMPLETION,
+    DELETED_RESPONSE,
     EVENT_STREAM,
+    INPUT_ITEMS,
+    INPUT_TOKENS,
     JSON,
     MESSAGE,
     MESSAGES_ERROR,
@@ -54,6 +57,13 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
         {"model": SERVED_NAME, "input": "Say hello.", "max_output_tokens": 64},
         {"model": SERVED_NAME, "input": "Say hello.", "stream": True},
     ],
+    "countResponseInputTokens": [{"model": SERVED_NAME, "input": "Say hello."}],
+}
+# A kept response's routes: the key's organization's only; any other id is 404.
+STORED_ERRORS: Statuses = {
+    **KEY_ERRORS,
+    "404": ("No such response kept for the key's organization (not_found).", {}),
+    "500": INFER_ERRORS["500"],
 }
 
 
@@ -98,6 +108,21 @@ def _get(operation_id: str, summary: str, responses: dict[str, Any], *, keyed: b
     return {"get": {**operation, "responses": responses}}
 
 
+def _response_id() -> dict[str, Any]:
+    return {
+        "name": "response_id",
+        "in": "path",
+        "required": True,
+        "description": "The response's id (resp_...).",
+        "schema": string(),
+    }
+
+
+def _query(name: str, description: str, schema: Schema) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "description": description,
+            "schema": schema}  # fmt: skip
+
+
 def path_items() -> dict[str, Any]:
     without = {key: value for key, value in INFER_ERRORS.items() if key != "429"}
     return {
@@ -127,13 +152,66 @@ def path_items() -> dict[str, Any]:
         ),
         "/v1/infer/responses": _infer(
             "createResponse",
-            "Create a response (OpenAI Responses API; stateless: the input is the whole "
-            "conversation)",
+            "Create a response (OpenAI Responses API): kept unless store is false, and "
+            "previous_response_id continues a kept one (404 when it is not kept for the key's "
+            "organization)",
             RESPONSES_REQUEST,
             _generation(RESPONSE, RESPONSES_EVENT),
             INFER_ERRORS,
             OPENAI_ERROR,
         ),
+        "/v1/infer/responses/input_tokens": _infer(
+            "countResponseInputTokens",
+            "Count the prompt tokens a response request would have (free: no admission)",
+            RESPONSES_REQUEST,
+            response("The prompt's token count.", content_of(INPUT_TOKENS)),
+            without,
+            OPENAI_ERROR,
+        ),
+        "/v1/infer/responses/{response_id}": {
+            "parameters": [_response_id()],
+            **_get(
+                "getResponse",
+                "A kept response",
+                {
+                    "200": response("The response object.", content_of(RESPONSE)),
+                    **error_responses(STORED_ERRORS, OPENAI_ERROR),
+                },
+                keyed=True,
+            ),
+            "delete": {
+                "operationId": "deleteResponse",
+                "summary": "Delete a kept response",
+                "security": SECURITY,
+                "responses": {
+                    "200": response("Deleted.", content_of(DELETED_RESPONSE)),
+                    **error_responses(STORED_ERRORS, OPENAI_ERROR),
+                },
+            },
+        },
+        "/v1/infer/responses/{response_id}/input_items": {
+            "parameters": [
+                _response_id(),
+                _query("after", "List the items after this item id.", string()),
+                _query("limit", "How many items (1 to 100, default 20).", {"type": "integer"}),
+                _query("order", "asc or desc (default: newest first).", string()),
+                _query("include", "Accepted; the items are listed whole.", string()),
+            ],
+            **_get(
+                "listResponseInputItems",
+                "The conversation a kept response answered, as items (the turns it continued "
+                "included)",
+                {
+                    "200": response("A page of items.", content_of(INPUT_ITEMS)),
+                    **error_responses(
+                        {"400": ("A bad limit, order or after (invalid_request).", {})},
+                        OPENAI_ERROR,
+                    ),
+                    **error_responses(STORED_ERRORS, OPENAI_ERROR),
+                },
+                keyed=True,
+            ),
+        },
         "/v1/infer/models": _get(
             "listModels",
             "The models this node serves",

@@ -89,6 +89,25 @@ MESSAGE = obj(
     closed=False,
 )
 TOKEN_COUNT = obj({"input_tokens": INTEGER}, ("input_tokens",))
+RESPONSE_ID = string(pattern="^resp_[0-9a-hjkmnp-tv-z]{26}$")
+INPUT_TOKENS = obj(
+    {"object": {"const": "response.input_tokens"}, "input_tokens": INTEGER},
+    ("object", "input_tokens"),
+)
+INPUT_ITEMS = obj(
+    {
+        "object": {"const": "list"},
+        "data": {"type": "array", "items": {"type": "object"}},
+        "first_id": {"type": ["string", "null"]},
+        "last_id": {"type": ["string", "null"]},
+        "has_more": {"type": "boolean"},
+    },
+    ("object", "data", "first_id", "last_id", "has_more"),
+)
+DELETED_RESPONSE = obj(
+    {"id": string(), "object": {"const": "response"}, "deleted": {"const": True}},
+    ("id", "object", "deleted"),
+)
 
 
 def _completion(kind: str) -> Schema:
@@ -157,7 +176,7 @@ OPENAI_EVENT = obj(
 )
 RESPONSE = obj(
     {
-        "id": string(pattern="^resp_[0-9a-hjkmnp-tv-z]{26}$"),
+        "id": RESPONSE_ID,
         "object": {"const": "response"},
         "created_at": INTEGER,
         "status": {"enum": ["in_progress", "completed", "incomplete", "failed"]},

@@ -6,6 +6,7 @@ bodies as documented."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -120,7 +121,7 @@ def test_the_document_is_valid_openapi_3_1() -> None:
 def test_every_route_is_an_operation() -> None:
     app = create_app(Settings())
     routes = {
-        (method.lower(), rule.rule.replace("<request_id>", "{request_id}"))
+        (method.lower(), re.sub(r"<(\w+)>", r"{\1}", rule.rule))  # Quart's <name>, {name}
         for rule in app.url_map.iter_rules()
         if rule.endpoint != "static"
         for method in rule.methods or ()
@@ -272,11 +273,13 @@ class Traffic:
     generation routes, 404 on acme's requests), the rest acme's key with both scopes, as Bearer
     or x-api-key by turns; the document's examples always go with acme's key. 3 in 4 positive
     bodies name the served model (a third of those on the generation routes streamed), and 1 in
-    2 positive request log lookups name a request the run made."""
+    2 positive request log and kept response lookups name a request or response the run
+    made."""
 
     node: Node
     cases: int = 0
     request_ids: list[str] = field(default_factory=list)
+    response_ids: list[str] = field(default_factory=list)  # kept (store is OpenAI's default)
     statuses: Counter[tuple[str, int]] = field(default_factory=Counter)
     streams: Counter[str] = field(default_factory=Counter)  # event streams answered
 
@@ -311,14 +314,17 @@ class Traffic:
             case.body["model"] = self.node.model
             if case.operation.path in GENERATION and turn in (2, 5):
                 case.body["stream"] = True
-        if case.path_parameters and self.request_ids and turn % 2:
-            made = self.request_ids[self.cases % len(self.request_ids)]
-            case.path_parameters["request_id"] = made
+        for name, made in (("request_id", self.request_ids), ("response_id", self.response_ids)):
+            if case.path_parameters and name in case.path_parameters and made and turn % 2:
+                case.path_parameters[name] = made[self.cases % len(made)]
 
     def record(self, case: Case, response: Response) -> None:
         self.statuses[(case.operation.path, response.status_code)] += 1
         if case.operation.path in GENERATION and response.status_code == 200:
             self.request_ids.append(response.headers["x-request-id"][0])
+            if case.operation.path == RESPONSES:
+                ulid = response.headers["x-request-id"][0].removeprefix("req_")
+                self.response_ids.append(f"resp_{ulid}")
             if response.headers["content-type"][0].startswith(EVENT_STREAM):
                 self.streams[case.operation.path] += 1
 
@@ -366,7 +372,8 @@ def test_the_run_reached_every_kind_of_answer(traffic: Traffic) -> None:
         pytest.skip("test_the_node_answers_as_documented did not run")
     reached = {status for _, status in traffic.statuses}
     assert {200, 400, 401, 403, 404, 415, 429} <= reached, traffic.statuses
-    for path in (*MESSAGES, CHAT, RESPONSES, "/v1/infer/models", "/v1/requests/{request_id}"):
+    looked_up = ("/v1/requests/{request_id}", f"{RESPONSES}/{{response_id}}")
+    for path in (*MESSAGES, CHAT, RESPONSES, "/v1/infer/models", *looked_up):
         assert traffic.statuses[(path, 200)], (path, traffic.statuses)
     for path in GENERATION:
         assert traffic.streams[path], (path, traffic.streams)

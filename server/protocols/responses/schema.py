@@ -225,7 +225,7 @@ RESPONSES_REQUEST = obj(
         "include": array(enum(*INCLUDABLE)),
         "stream": BOOLEAN,
         "stream_options": obj({"include_obfuscation": BOOLEAN}),
-        "store": {"enum": [False, None]},
+        "store": {"type": ["boolean", "null"]},
         "background": {"enum": [False, None]},
         "truncation": enum("disabled", None),
         "metadata": {
@@ -240,14 +240,15 @@ RESPONSES_REQUEST = obj(
         # What a client says about itself (Codex CLI sends it on every request): ignored.
         "client_metadata": {"type": ["object", "null"]},
         "service_tier": enum("auto", "default", "flex", "priority", None),
+        "previous_response_id": {"type": ["string", "null"], "minLength": 1},
         # Need state this node does not keep: only null (unset) is taken.
-        "previous_response_id": {"type": "null"},
         "conversation": {"type": "null"},
         "prompt": {"type": "null"},
         "max_tool_calls": {"type": "null"},
     },
     ("model", "input"),
-    description="OpenAI Responses parameters this node takes. It keeps no state: "
-    "previous_response_id, conversation, prompt, store: true and background: true are "
-    "400 unsupported_parameter, as is any parameter not listed; null means unset.",
+    description="OpenAI Responses parameters this node takes. It keeps each response unless "
+    "store is false, and previous_response_id continues a kept one; conversation, prompt and "
+    "background: true are 400 unsupported_parameter, as is any parameter not listed; null "
+    "means unset.",
 )
