@@ -89,7 +89,10 @@ def test_a_new_claude_code_session_reads_the_last_ones_prompt_from_the_cache(
         before = set(served(agent_node, route))
         with recording(agent_node.origin) as proxy:
             url = f"http://127.0.0.1:{proxy.server_port}/v1/infer"
-            done = claude(NEWEST, url, tmp_path, "--bare", "-p", ask)
+            done = claude(
+                NEWEST, url, tmp_path, "--bare", "-p", ask,
+                "--system-prompt", "Reply with one word.", "--tools", "Bash",
+            )  # fmt: skip
         assert done.returncode == 0 or CUT.search(done.stdout + done.stderr), done.stderr
         [first_id, *_] = [rid for rid in served(agent_node, route) if rid not in before]
         with httpx.Client(base_url=agent_node.origin, timeout=30) as client:

@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from tests.api.test_responses import ROUTE
+from tests.server_process import ServerProcess
 
 ASKS = ("My name is Ada.", "What is my name?", "Say it again.")
 SMALL: dict[str, Any] = {"max_output_tokens": 4, "temperature": 0}
@@ -48,10 +49,15 @@ def whole(turns: list[Any]) -> list[Any]:
     return items
 
 
+@pytest.fixture(scope="module")
+def turns(server: ServerProcess, model: str) -> list[Any]:
+    """One chain for the module's tests."""
+    return chain(openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0), model)
+
+
 def test_a_chain_of_previous_response_ids_is_the_whole_conversation(
-    openai_client: openai.OpenAI, model: str
+    openai_client: openai.OpenAI, model: str, turns: list[Any]
 ) -> None:
-    turns = chain(openai_client, model)
     assert [t.store for t in turns] == [True] * 3
     assert [t.previous_response_id for t in turns] == [None, turns[0].id, turns[1].id]
     sent_whole = openai_client.responses.create(
@@ -73,9 +79,8 @@ def test_a_chain_of_previous_response_ids_is_the_whole_conversation(
 
 
 def test_input_items_list_the_conversation_in_pages(
-    openai_client: openai.OpenAI, model: str
+    openai_client: openai.OpenAI, turns: list[Any]
 ) -> None:
-    turns = chain(openai_client, model)
     listed = openai_client.responses.input_items.list(turns[-1].id, order="asc", limit=100)
     texts = [item.content[0].text for item in listed.data if item.type == "message"]
     assert texts[0] == ASKS[0] and texts[-1] == ASKS[-1]
