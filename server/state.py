@@ -203,7 +203,7 @@ class ServerState:
             await self.writer.close()
         if self.store is not None:
             self.store.close()
-        self.responses.close()
+        await self.responses.close()
 
     @property
     def responses_options(self) -> ResponsesOptions:

@@ -33,7 +33,7 @@ async def create_response() -> Response:
     state = server_state()
     generation = state.ready()  # 503 until then, before the body is judged
     body = await read_json()
-    context = _context(body)
+    context = await _context(body)
     request, echo = decode_responses(_continued(body, context), state.responses_options)
     service = served(generation, request.model)
     echo = echo.sampled_as(generation.card.sampling_defaults)
@@ -52,7 +52,8 @@ async def count_input_tokens() -> Response:
     state = server_state()
     generation = state.ready()
     body = await read_json()
-    request, _ = decode_responses(_continued(body, _context(body)), state.responses_options)
+    context = await _context(body)
+    request, _ = decode_responses(_continued(body, context), state.responses_options)
     served(generation, request.model)
     count = generation.count_tokens(request)
     return json_response({"object": "response.input_tokens", "input_tokens": count})
@@ -61,13 +62,13 @@ async def count_input_tokens() -> Response:
 @blueprint.get("/v1/infer/responses/<response_id>")
 @requires("infer:read")
 async def get_response(response_id: str) -> Response:
-    return json_response(_stored(response_id).response)
+    return json_response((await _stored(response_id)).response)
 
 
 @blueprint.delete("/v1/infer/responses/<response_id>")
 @requires("infer:run")
 async def delete_response(response_id: str) -> Response:
-    if not server_state().responses.delete(response_id, principal().org):
+    if not await server_state().responses.delete(response_id, principal().org):
         raise _not_found(response_id)
     return json_response({"id": response_id, "object": "response", "deleted": True})
 
@@ -77,7 +78,7 @@ async def delete_response(response_id: str) -> Response:
 async def list_input_items(response_id: str) -> Response:
     """The conversation the response answered, as items (the turns it continued included):
     newest first unless `order=asc`, `limit` of them after the item `after`."""
-    items = _stored(response_id).input_items
+    items = (await _stored(response_id)).input_items
     order = request.args.get("order", "desc")
     if order not in ("asc", "desc"):
         raise InvalidRequest("order must be asc or desc", param="order")
@@ -115,19 +116,19 @@ def _not_found(id_: str) -> RouteNotFound:
     return RouteNotFound(f"Response with id '{id_}' not found.")
 
 
-def _stored(id_: str) -> StoredResponse:
-    stored = server_state().responses.get(id_, principal().org)
+async def _stored(id_: str) -> StoredResponse:
+    stored = await server_state().responses.get(id_, principal().org)
     if stored is None:
         raise _not_found(id_)
     return stored
 
 
-def _context(body: Any) -> StoredResponse | None:
+async def _context(body: Any) -> StoredResponse | None:
     """The kept response a request continues (`previous_response_id`), if it names one."""
     previous = body.get("previous_response_id") if isinstance(body, dict) else None
     if not isinstance(previous, str) or not previous:
         return None  # absent or null; another type is the decoder's to refuse
-    stored = server_state().responses.get(previous, principal().org)
+    stored = await server_state().responses.get(previous, principal().org)
     if stored is None:
         raise RouteNotFound(
             f"Previous response with id '{previous}' not found.", param="previous_response_id"
