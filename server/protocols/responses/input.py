@@ -1,7 +1,8 @@
-"""Responses `instructions` and `input` -> canonical messages. The node keeps no conversation, so
-`input` is the whole of it: messages, and the items of earlier answers sent back as they came
-(reasoning, function and custom tool calls, their outputs), which join the assistant turn they
-belong to. A call inside a namespace is the model's `namespace.name`."""
+"""Responses `instructions` and `input` -> canonical messages. `input` is the whole conversation
+(a request continuing a kept response has that response's items put before its own by the
+route): messages, and the items of earlier answers sent back as they came (reasoning, function
+and custom tool calls, their outputs), which join the assistant turn they belong to. A call
+inside a namespace is the model's `namespace.name`."""
 
 from __future__ import annotations
 
