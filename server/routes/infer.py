@@ -9,7 +9,6 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import replace
-from functools import partial
 from typing import Any, Literal, Protocol
 
 import orjson
@@ -154,14 +153,7 @@ async def answer(
     events = generation.events(prepared, record, tracker)
     if not request_.stream:
         return json_response(body(await fold(events), context))
-    return await _stream(events, partial(_encoder, stream, context), record)
-
-
-def _encoder(
-    stream: Callable[[ResponseContext], StreamEncoder], context: ResponseContext, cached: int
-) -> StreamEncoder:
-    """A stream's encoder, made at its first token, when the prompt's cached share is known."""
-    return stream(replace(context, cached_tokens=cached))
+    return await _stream(events, stream, context, record)
 
 
 async def _with_images(prepared: Prepared, who: Principal, timing: Timing) -> Prepared:
@@ -203,7 +195,8 @@ def _admit(who: Principal, prepared: Prepared) -> Ticket:
 
 async def _stream(
     events: AsyncGenerator[Event, None],
-    encoder_at_start: Callable[[int], StreamEncoder],
+    stream: Callable[[ResponseContext], StreamEncoder],
+    context: ResponseContext,
     record: RequestRecord,
 ) -> Response:
     # The body below runs outside the request context: what it needs, taken now.
@@ -217,7 +210,8 @@ async def _stream(
     except BaseException:
         await events.aclose()
         raise
-    encoder = encoder_at_start(record.cached_tokens)
+    # Made at the first token, when the prompt's cached share is known.
+    encoder = stream(replace(context, cached_tokens=record.cached_tokens))
 
     stall_s = server_state().settings.stream_stall_timeout
     # From here the events are the body's to close, but a client can leave before the body
