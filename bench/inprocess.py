@@ -14,20 +14,20 @@ from bench import prompts
 
 
 async def measure(count: int, max_tokens: int) -> list[dict[str, Any]]:
-    from grammars import family_for
+    from grammars import format_of
+    from grammars.prompt import PromptRenderer
     from server.canonical import GenerateRequest, Message, Sampling, Text
     from server.config import Settings, default_cache_dir
     from server.engines.base import EngineRequest
     from server.engines.sglang.engine import SGLangEngine
     from server.ids import RequestIds
     from server.models.source import resolve
-    from server.prompt import PromptRenderer
     from server.tokenizer import load_tokenizer
 
     settings = Settings(cache_dir=default_cache_dir())
     source = resolve(settings)
     tokenizer = load_tokenizer(source.path)
-    renderer = PromptRenderer(tokenizer, family_for(tokenizer.chat_template))
+    renderer = PromptRenderer(tokenizer, format_of(tokenizer))
     engine = SGLangEngine(settings, source)
     await engine.start()
     ids = RequestIds()

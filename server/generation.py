@@ -14,7 +14,10 @@ from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from grammars import ThinkingFormat, ToolFormat
+from grammars import Reasoning
+from grammars.constraints import constraint_for, explain
+from grammars.prompt import PromptRenderer
+from grammars.reading import Calls, Reader
 from server.canonical import (
     Event,
     Finish,
@@ -24,10 +27,8 @@ from server.canonical import (
     ThinkingEnd,
     ThinkingMode,
     TokenLogprob,
-    ToolChoiceKind,
     Usage,
 )
-from server.constraints import constraint_for, explain
 from server.engines.base import (
     Engine,
     EngineFinish,
@@ -46,10 +47,9 @@ from server.errors import (
 from server.ids import tool_call_id
 from server.images.decode import TOKENS_PER_IMAGE, DecodedImage
 from server.models.card import ModelCard
-from server.output_parser import OutputParser
-from server.prompt import Prompt, PromptRenderer
 from server.requestlog import RequestRecord
 from server.timing import Timing
+from server.tokenizer import Prompt, TokenBytes
 
 _FINISH_REASONS = {
     StopKind.END_OF_TURN: FinishReason.END_TURN,
@@ -77,8 +77,8 @@ class Prepared:
     request: GenerateRequest
     prompt: Prompt
     engine_request: EngineRequest
-    calls: ToolFormat | None  # the format tool calls are parsed in; None: all text
-    thinking: ThinkingFormat | None  # the answer opens inside its reasoning
+    calls: Calls | None  # how the answer's calls are written; None: all of it is text
+    reasoning: Reasoning | None  # the answer reasons first
 
     @property
     def estimated_prompt_tokens(self) -> int:
@@ -139,6 +139,7 @@ class Generation:
         self.engine = engine
         self.renderer = renderer
         self.card = card
+        self.token_bytes = TokenBytes(renderer.tokenizer)
         self._signing_key = signing_key
 
     def sign(self, reasoning: str) -> str:
@@ -170,8 +171,8 @@ class Generation:
                 param="messages",
             )
         started = time.perf_counter()
-        thinking = self.renderer.thinking_for(request)
-        constraint = constraint_for(request, self.renderer.family, thinking)
+        reasoning = self.renderer.reasoning_for(request, prompt)
+        grammar = constraint_for(request, self.renderer.format, reasoning, prompt.opened)
         timing.record("grammar", started)
         # A max_tokens beyond the context, or beyond the node's --max-output-tokens, is clamped
         # to it: the answer then ends with max_tokens, as it would at its own maximum (agents
@@ -184,20 +185,15 @@ class Generation:
             if getattr(request.sampling, name) is None
         }  # the model's recommended sampling, where the request leaves it to the server
         sampling = dataclasses.replace(request.sampling, max_tokens=max_tokens, **unset)
-        calls = self.renderer.family.tools
-        if not request.tools or request.tool_choice.kind is ToolChoiceKind.NONE:
-            calls = None
         special_tokens = self.renderer.family.special_tokens
         engine_request = EngineRequest(
-            request_id, prompt.ids, sampling, constraint, special_tokens=special_tokens
+            request_id, prompt.ids, sampling, grammar.constraint, special_tokens=special_tokens
         )
-        return Prepared(request, prompt, engine_request, calls, thinking)
+        return Prepared(request, prompt, engine_request, grammar.calls, reasoning)
 
     def _token_logprob(self, token: EngineLogprob) -> TokenLogprob:
         top = tuple(self._token_logprob(choice) for choice in token.top)
-        return TokenLogprob(
-            token.text, token.logprob, self.renderer.token_bytes(token.token_id), top
-        )
+        return TokenLogprob(token.text, token.logprob, self.token_bytes(token.token_id), top)
 
     def _check_supported(self, request: GenerateRequest) -> None:
         for image in request.images():
@@ -207,24 +203,25 @@ class Generation:
                     "image_input)",
                     param=image.path,
                 )
-        tools = self.renderer.family.tools
-        if request.tools and tools is None:
+        family = self.renderer.family
+        if request.tools and not family.has_tools:
             raise UnsupportedParameter(
                 f"{self.card.id} has no known tool-call format", param="tools"
             )
-        if tools is not None and not tools.free_form:
+        if family.has_tools and family.free_form is None:
             for tool in request.tools:
                 if tool.free_form is not None:
                     raise UnsupportedParameter(
                         f"{tool.schema_path.removesuffix('.format')}: {self.card.id} calls tools "
-                        f"in the {self.renderer.family.tool_format} format, which has no call of "
+                        f"in the {family.tool_parser} format, which has no call of "
                         "free-form input: give the tool JSON parameters",
                         param="tools",
                     )
         for name, reason in self.engine.unsupported_sampling.items():
             if getattr(request.sampling, name, None) not in (None, {}, ()):
                 raise UnsupportedParameter(f"{name}: {reason}", param=name)
-        if request.thinking.mode is not ThinkingMode.DISABLED and not self.renderer.family.thinking:
+        reasons = self.renderer.format.reasoning is not None
+        if request.thinking.mode is not ThinkingMode.DISABLED and not reasons:
             raise UnsupportedParameter(
                 f"{self.card.id} has no known reasoning format", param="thinking"
             )
@@ -236,13 +233,15 @@ class Generation:
         `tracker` hears of each output and of the end, however it ends."""
         timing = record.timing
         record.prompt_tokens = prepared.prompt.num_tokens
-        parser = OutputParser(
-            prepared.calls,
-            tool_call_id,
-            prepared.thinking,
-            self.sign,
+        parser = Reader(
+            self.renderer.format,
             prepared.request.tools,
-            self.renderer.family.answer_begin,
+            tool_call_id,
+            reasons=prepared.reasoning is not None,
+            opened=prepared.prompt.opened,
+            calls=prepared.calls,
+            sign=self.sign,
+            tokenizer=self.renderer.tokenizer,
         )
         submitted = time.perf_counter()
         reasoning_tokens = 0  # the completion tokens once the reasoning ended

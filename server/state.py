@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 
 from quart import current_app
 
-from grammars import ModelFamily, UnknownFormat, family_for
+from grammars import ModelFamily, ModelFormat, UnknownFormat, format_of
+from grammars.libraries import LibraryMismatch
+from grammars.prompt import PromptRenderer
 from server.auth.principal import OPEN_ORG, Authenticator
 from server.config import Settings
 from server.engines.base import Engine
@@ -31,7 +33,6 @@ from server.node.admission import Admission
 from server.node.limits import load as load_limits
 from server.node.metering import Meter
 from server.node.metrics import Metrics
-from server.prompt import PromptRenderer
 from server.protocols.anthropic.options import DecodeOptions
 from server.protocols.responses.tools import ResponsesOptions
 from server.requestlog import RequestLog
@@ -39,7 +40,7 @@ from server.store.base import Store
 from server.store.responses import Bounds, MemoryResponses, ResponseStore, SqliteResponses
 from server.store.sqlite import SqliteStore
 from server.store.writer import StoreWriter
-from server.tokenizer import load_tokenizer
+from server.tokenizer import Tokenizer, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,8 @@ class ServerState:
         try:
             self.source = await asyncio.to_thread(resolve, self.settings)
             tokenizer = await asyncio.to_thread(load_tokenizer, self.source.path)
-            family = _family(self.source.served_name, tokenizer.chat_template)
+            form = await asyncio.to_thread(_format, self.source.served_name, tokenizer)
+            family = form.family
             engine = self.engine_factory(self.settings, self.source, tokenizer)
             self.engine = engine
             await engine.start()
@@ -134,8 +136,8 @@ class ServerState:
             self.on_start_failed(1)
             return
         capabilities: tuple[str, ...] = ("chat", "streaming", "json_output")
-        capabilities += ("tools",) if family.tools else ()
-        capabilities += ("thinking",) if family.thinking else ()
+        capabilities += ("tools",) if family.has_tools else ()
+        capabilities += ("thinking",) if form.reasoning else ()
         vision = self.vision if self.vision is not None else has_vision(self.source.path)
         if vision and family.image is None:
             log.warning(
@@ -155,13 +157,14 @@ class ServerState:
             default_max_tokens=self.settings.default_max_tokens,
             max_output_tokens=self.settings.max_output_tokens,
             family=family.name,
-            tool_format=family.tool_format if family.tools else None,
-            reasoning=family.thinking is not None,
+            tool_format=family.tool_parser,
+            reasoning=form.reasoning is not None,
+            reasoning_parser=form.reasoning.parser if form.reasoning else None,
         )
         if card.sampling_defaults:
             log.info("sampling left unset follows the model's: %s", card.sampling_defaults)
         self.decode_options = self._decode_options(family)
-        renderer = PromptRenderer(tokenizer, family)
+        renderer = PromptRenderer(tokenizer, form)
         self.generation = Generation(
             engine,
             renderer,
@@ -170,10 +173,11 @@ class ServerState:
         )
         self.on_engine_started()
         log.info(
-            "serving %s (chat format %s, tool calls %s), ready in %.1f s",
+            "serving %s (chat format %s, tool calls %s, reasoning %s), ready in %.1f s",
             card.id,
             family.name,
             card.tool_format or "none",
+            card.reasoning_parser or "none",
             time.monotonic() - started,
         )
 
@@ -224,11 +228,12 @@ class ServerState:
         return self.generation
 
 
-def _family(model: str, chat_template: str | None) -> ModelFamily:
-    """The model's chat format, from its own template; one in no known format stops the start."""
+def _format(model: str, tokenizer: Tokenizer) -> ModelFormat:
+    """The model's chat format, from its own template and vocabulary; one in no known format
+    stops the start."""
     try:
-        return family_for(chat_template)
-    except UnknownFormat as error:
+        return format_of(tokenizer)
+    except (UnknownFormat, LibraryMismatch) as error:
         raise ModelSetupError(f"{model}: {error}") from None
 
 

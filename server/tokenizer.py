@@ -16,12 +16,11 @@ from __future__ import annotations
 import ast
 import importlib.util
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import orjson
-
-from server.prompt import Tokenizer
 
 GENERIC_TOKENIZER = "TokenizersBackend"
 # A Mistral tokenizer's own vocabulary: with mistral_common installed (SGLang requires it),
@@ -38,6 +37,73 @@ SET_MUTATORS = frozenset(
     {"add", "update", "discard", "remove", "pop", "clear", "difference_update",
      "intersection_update", "symmetric_difference_update"}
 )  # fmt: skip
+
+
+class Tokenizer(Protocol):
+    """The part of a Hugging Face tokenizer the renderer uses."""
+
+    chat_template: str | None
+
+    def apply_chat_template(self, conversation: list[dict[str, Any]], **kwargs: Any) -> Any: ...
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def decode(self, ids: list[int], **kwargs: Any) -> str: ...
+
+    def get_vocab(self) -> dict[str, int]: ...
+
+    def get_added_vocab(self) -> dict[str, int]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    text: str
+    ids: list[int]
+    opened: bool = False  # it ends inside the answer's reasoning (the template opened it)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.ids)
+
+
+class TokenBytes:
+    """A token's exact bytes, for logprobs: from a byte-level BPE vocabulary (GPT-2's byte to
+    character table, reversed), else from decoding the token alone. Memoized per token id."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tokenizer = tokenizer
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        decoder = type(getattr(backend, "decoder", None)).__name__
+        self._byte_level = decoder == "ByteLevel" and hasattr(tokenizer, "convert_ids_to_tokens")
+        self._known: dict[int, bytes] = {}
+
+    def __call__(self, token_id: int) -> bytes:
+        found = self._known.get(token_id)
+        if found is None:
+            found = self._known[token_id] = self._bytes(token_id)
+        return found
+
+    def _bytes(self, token_id: int) -> bytes:
+        if self._byte_level:
+            piece = getattr(self._tokenizer, "convert_ids_to_tokens")(token_id)  # noqa: B009
+            if isinstance(piece, str) and all(char in _BYTE_OF for char in piece):
+                return bytes(_BYTE_OF[char] for char in piece)
+        return self._tokenizer.decode([token_id]).encode()
+
+
+def _byte_of_char() -> dict[str, int]:
+    """GPT-2's byte-level alphabet: each byte as a printable character, reversed."""
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    chars = {byte: chr(byte) for byte in printable}
+    extra = 0
+    for byte in range(256):
+        if byte not in chars:
+            chars[byte] = chr(256 + extra)
+            extra += 1
+    return {char: byte for byte, char in chars.items()}
+
+
+_BYTE_OF = _byte_of_char()  # a constant table
 
 
 def load_tokenizer(path: str) -> Tokenizer:

@@ -10,7 +10,7 @@ if TYPE_CHECKING:  # annotations only: the settings read this module for the eng
     from server.config import Settings
     from server.engines.base import Engine
     from server.models.source import ModelSource
-    from server.prompt import Tokenizer
+    from server.tokenizer import Tokenizer
 
 
 def _sglang(settings: Settings, source: ModelSource, tokenizer: Tokenizer) -> Engine:

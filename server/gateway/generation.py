@@ -34,9 +34,9 @@ from server.gateway.client import RETRY_AFTER, GatewayClient
 from server.gateway.upstream import call_id, chat_body
 from server.generation import Prepared, Tracker, accounted
 from server.ids import tool_call_id
-from server.prompt import Prompt
 from server.requestlog import RequestRecord
 from server.timing import Timing
+from server.tokenizer import Prompt
 
 BYTES_PER_TOKEN = 4  # the prompt's estimate at admission, before the upstream's count
 DEFAULT_BUDGET = 512  # tokens held at admission for an answer with no max_tokens

@@ -34,6 +34,7 @@ class ModelCard:
     family: str = "unknown"
     tool_format: str | None = None
     reasoning: bool = False
+    reasoning_parser: str | None = None  # SGLang's reasoning parser that reads it
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -50,6 +51,7 @@ class ModelCard:
             "family": self.family,
             "tool_format": self.tool_format,
             "reasoning": self.reasoning,
+            "reasoning_parser": self.reasoning_parser,
             "protocols": list(PROTOCOLS),
             "route": "local",
         }

@@ -221,6 +221,7 @@ MODEL_LIST = obj(
                     "family": string(),
                     "tool_format": {"type": ["string", "null"]},
                     "reasoning": {"type": "boolean"},
+                    "reasoning_parser": {"type": ["string", "null"]},
                     "protocols": {
                         "type": "array",
                         "items": {"enum": ["messages", "chat.completions", "responses"]},

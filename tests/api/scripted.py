@@ -24,9 +24,9 @@ from server.engines.base import (
 from server.errors import InferError
 from server.images.loader import ImageLoader
 from server.models.source import ModelSource
-from server.prompt import Tokenizer
 from server.serve import hypercorn_config
 from server.state import ServerState
+from server.tokenizer import Tokenizer
 
 Step = EngineOutput | InferError | Exception
 

@@ -16,8 +16,7 @@ import pytest
 
 from server.config import default_cache_dir
 from server.models.embedded import ensure_converted
-from server.prompt import Tokenizer
-from server.tokenizer import load_tokenizer
+from server.tokenizer import Tokenizer, load_tokenizer
 from tests.api.sse import events
 from tests.api.test_json_output import CITY
 from tests.api.test_tools import ANTHROPIC_TOOLS, ASK, SCHEMAS

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from grammars import family_for
+from grammars import format_of
+from grammars.prompt import PromptRenderer
 from server.canonical import (
     GenerateRequest,
     Message,
@@ -18,14 +19,13 @@ from server.canonical import (
 )
 from server.config import default_cache_dir
 from server.models.embedded import ensure_converted
-from server.prompt import PromptRenderer
 from server.tokenizer import load_tokenizer
 
 
 @pytest.fixture(scope="module")
 def renderer() -> PromptRenderer:
     tokenizer = load_tokenizer(str(ensure_converted(default_cache_dir())))
-    return PromptRenderer(tokenizer, family_for(tokenizer.chat_template))
+    return PromptRenderer(tokenizer, format_of(tokenizer))
 
 
 def request(*turns: tuple[str, str]) -> GenerateRequest:
@@ -91,7 +91,7 @@ def test_tool_calls_and_results_render_in_the_family_format(renderer: PromptRend
     assert f"<|im_start|>user\n{results}<|im_end|>" in text
 
 
-def test_reasoning_opens_the_answer_and_goes_back_for_the_current_turn(
+def test_reasoning_goes_back_for_the_current_turn_only(
     renderer: PromptRenderer,
 ) -> None:
     messages = (
@@ -104,7 +104,7 @@ def test_reasoning_opens_the_answer_and_goes_back_for_the_current_turn(
     request = GenerateRequest(
         "m", messages, tools=(WEATHER,), thinking=ThinkingConfig(ThinkingMode.ADAPTIVE)
     )
-    text = renderer.render(request).text
-    assert "earlier" not in text
-    assert "<|im_start|>assistant\n<think>\nuse the tool\n</think>\n\n<tool_call>" in text
-    assert text.endswith("<|im_start|>assistant\n<think>\n")
+    prompt = renderer.render(request)
+    assert "earlier" not in prompt.text
+    assert "<|im_start|>assistant\n<think>\nuse the tool\n</think>\n\n<tool_call>" in prompt.text
+    assert prompt.text.endswith("<|im_start|>assistant\n<think>") and prompt.opened

@@ -13,12 +13,13 @@ import orjson
 import pytest
 from xgrammar import GrammarMatcher, TokenizerInfo
 
-from grammars import families
+from grammars import ModelFormat, family
+from grammars.constraints import constraint_for
+from grammars.prompt import taught_call
 from server.canonical import (
     Event,
     Finish,
     FinishReason,
-    Message,
     ToolCall,
     ToolCallDelta,
     ToolCallEnd,
@@ -27,7 +28,6 @@ from server.canonical import (
     Usage,
     fold,
 )
-from server.constraints import constraint_for
 from server.errors import ConstraintRejected, InvalidRequest, UnsupportedParameter
 from server.protocols.responses.decode import ResponsesEcho, decode_responses
 from server.protocols.responses.encode import ResponseStream, response_body
@@ -35,7 +35,7 @@ from server.protocols.responses.tools import ResponsesOptions
 from tests.unit.encoding import REQUEST_ID, context, parse_sse
 
 ULID = REQUEST_ID.removeprefix("req_")
-CHATML = families()[0]
+CHATML = family("chatml")
 PATCH_GRAMMAR = """start: begin_patch hunk+ end_patch
 begin_patch: "*** Begin Patch" LF
 end_patch: "*** End Patch" LF?
@@ -159,7 +159,7 @@ def test_calls_sent_back_are_understood() -> None:
 
 
 def test_the_prompt_shows_custom_tools_and_how_to_call_them() -> None:
-    from server.prompt import _content, _tool_json
+    from grammars.prompt import _tool_json
 
     request, _ = decode_responses(body(tools=[NAMESPACE, PATCH]))
     shown = _tool_json(request.tools[2])
@@ -168,11 +168,8 @@ def test_the_prompt_shows_custom_tools_and_how_to_call_them() -> None:
         "custom": {"name": "apply_patch", "description": "Edit files.",
                    "format": {"type": "grammar", "syntax": "lark", "definition": PATCH_GRAMMAR}},
     }  # fmt: skip
-    assert CHATML.tools is not None
-    turn = Message("assistant", (ToolCall("c", "apply_patch", "*** x", free_form=True),))
-    assert _content(turn, CHATML.tools, None) == (
-        '<tool_call>\n{"name": "apply_patch"}\n*** x\n</tool_call>'
-    )
+    written = taught_call(CHATML, ToolCall("c", "apply_patch", "*** x", free_form=True))
+    assert written == '<tool_call>\n{"name": "apply_patch"}\n*** x\n</tool_call>'
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +179,7 @@ def compile_tag() -> Any:
     compiler = xgrammar.GrammarCompiler(TokenizerInfo([]))
 
     def check(request: Any, text: str) -> bool:
-        constraint = constraint_for(request, CHATML)
+        constraint = constraint_for(request, ModelFormat(CHATML)).constraint
         assert constraint is not None
         compiled = compiler.compile_structural_tag(constraint.value)
         matcher = GrammarMatcher(compiled, terminate_without_stop_token=True)
@@ -193,13 +190,16 @@ def compile_tag() -> Any:
 
 def test_the_grammar_holds_a_custom_call_to_its_format(compile_tag: Any) -> None:
     request, _ = decode_responses(body(tools=[PATCH, ZIP], tool_choice="required"))
-    assert CHATML.tools is not None
     good = "*** Begin Patch\n*** Add File: a.txt\n+hello\n*** End Patch\n"
-    assert compile_tag(request, CHATML.tools.call("apply_patch", good, True))
-    assert compile_tag(request, CHATML.tools.call("zip", "12345", True))
-    assert not compile_tag(request, CHATML.tools.call("zip", "1234a", True))
-    assert not compile_tag(request, CHATML.tools.call("apply_patch", "rm -rf /", True))
-    assert not compile_tag(request, CHATML.tools.call("zip", '{"a": 1}'))  # no JSON form
+
+    def call(name: str, text: str, free_form: bool = True) -> str:
+        return taught_call(CHATML, ToolCall("c", name, text, free_form))
+
+    assert compile_tag(request, call("apply_patch", good))
+    assert compile_tag(request, call("zip", "12345"))
+    assert not compile_tag(request, call("zip", "1234a"))
+    assert not compile_tag(request, call("apply_patch", "rm -rf /"))
+    assert not compile_tag(request, call("zip", '{"a": 1}', free_form=False))  # no JSON form
 
 
 ECHO = ResponsesEcho(targets=decode_responses(body(tools=[NAMESPACE, PATCH]))[1].targets)

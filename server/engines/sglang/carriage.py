@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from server.prompt import Tokenizer
+from server.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 

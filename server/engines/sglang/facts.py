@@ -13,7 +13,7 @@ from server.config import Settings
 from server.engines.base import EngineLimits
 from server.engines.sglang.outputs import limits
 from server.models.embedded import ModelSetupError
-from server.prompt import Tokenizer
+from server.tokenizer import Tokenizer
 
 T = TypeVar("T")
 # SGLang admits prompts up to its window less 6 tokens (max_req_input_len = max_req_len - 5).
@@ -125,7 +125,7 @@ def cumulative_of(workers: list[WorkerInfo]) -> bool | None:
 
 
 def probe_ids(tokenizer: Tokenizer, probe: list[dict[str, Any]]) -> list[int]:
-    """A probe as this server renders and tokenizes a prompt (see server.prompt)."""
+    """A probe as this server renders and tokenizes a prompt (see grammars.prompt)."""
     text = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
     return tokenizer.encode(text, add_special_tokens=False)
 

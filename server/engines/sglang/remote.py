@@ -36,7 +36,7 @@ from server.engines.sglang.stream import StreamReader, sse_chunks
 from server.engines.sglang.topology import Topology
 from server.errors import BackendUnavailable, InferError
 from server.models.embedded import ModelSetupError
-from server.prompt import Tokenizer
+from server.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 

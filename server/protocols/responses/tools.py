@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from grammars.constraints import free_form
 from server.canonical import FreeForm, Tool, ToolChoice, ToolChoiceKind
-from server.constraints import free_form
 from server.errors import InvalidRequest, UnsupportedParameter
 from server.protocols.fields import Fields
 from server.protocols.openai.decode import EMPTY_PARAMETERS, NAME

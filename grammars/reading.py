@@ -1,0 +1,508 @@
+"""The model's text, as it arrives, into canonical events, read by SGLang's own parsers: its
+reasoning parser splits off the reasoning, its tool-call detector (the family's `tool_parser`)
+reads the calls. The node adds what arriving text needs and the libraries leave to their
+serving layer:
+
+- markup arrives whole: the model's vocabulary writes each of its added tokens at once, so a
+  piece of text is cut before and after each one, and a partial one at a piece's end waits for
+  the rest (`Markup`);
+- a detector sends a call's name before its arguments, one step at a time: after each piece it
+  is asked again until it has nothing more;
+- a call is announced with its first argument fragment and ends when the next call, text, or
+  the answer's end comes; one cut by max_tokens inside its arguments is closed as incomplete, one
+  cut before them is dropped, and no markup is ever text;
+- a free-form call (OpenAI's custom tools), where no library has one, is read here from the
+  family's own `free_form` strings, its input as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from grammars import libraries
+from grammars.family import FreeFormCall
+from grammars.recognize import ModelFormat
+from server.canonical import (
+    Event,
+    TextDelta,
+    ThinkingDelta,
+    ThinkingEnd,
+    Tool,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
+
+log = logging.getLogger(__name__)
+# How many times a detector is asked again after one piece before it is deemed stuck.
+MAX_DRAIN = 64
+ARRIVING = "\ufffd"  # what a detokenizer writes for a character whose bytes are still to come
+Calls = Literal["format", "json_array"]
+
+
+class Markup:
+    """Cuts text so that each markup string is a piece of its own; a piece that may be the
+    start of one waits until it is whole or cannot be."""
+
+    def __init__(self, strings: Sequence[str]) -> None:
+        self._strings = sorted({s for s in strings if len(s) > 1}, key=len, reverse=True)
+        self._prefixes = {s[:size] for s in self._strings for size in range(1, len(s))}
+        self._longest = max(map(len, self._strings), default=0)
+        self._held = ""
+
+    def split(self, text: str) -> list[str]:
+        text = self._held + text
+        held = self._partial_end(text)
+        self._held = text[len(text) - held :]
+        return self.cut(text[: len(text) - held])
+
+    def flush(self) -> str:
+        """What waits, the answer having ended: the start of a marker (or plain text)."""
+        held, self._held = self._held, ""
+        return held
+
+    def _partial_end(self, text: str) -> int:
+        known = text.rstrip(ARRIVING)
+        arriving = len(text) - len(known)
+        for size in range(min(len(known), self._longest - 1), 0, -1):
+            if known[len(known) - size :] in self._prefixes:
+                return size + arriving
+        return arriving
+
+    def cut(self, text: str) -> list[str]:
+        """`text` in pieces, each markup string one of its own."""
+        pieces: list[str] = []
+        start = index = 0
+        while index < len(text):
+            found = next((s for s in self._strings if text.startswith(s, index)), None)
+            if found is None:
+                index += 1
+                continue
+            if start < index:
+                pieces.append(text[start:index])
+            pieces.append(found)
+            index = start = index + len(found)
+        if start < len(text):
+            pieces.append(text[start:])
+        return pieces
+
+
+@dataclass(slots=True)
+class _Call:
+    index: int  # the answer's call number
+    id: str
+    name: str
+    free_form: bool
+    arguments: str = ""
+    announced: bool = False
+    detected: int | None = None  # the detector's index of it
+
+
+class _Events:
+    """The canonical events of one answer, text normalised as the protocols expect it."""
+
+    def __init__(self, sign: Callable[[str], str]) -> None:
+        self.out: list[Event] = []
+        self._sign = sign
+        self._reasoning: list[str] = []
+        self.reasoning_open = False
+        self._after_block = False  # reasoning or a call came before: text starts visibly
+        self._in_text = False
+        self._blank = ""  # whitespace that may open a text block, held back
+
+    def think(self, text: str) -> None:
+        if text:
+            self.reasoning_open = True
+            self._reasoning.append(text)
+            self.out.append(ThinkingDelta(text))
+
+    def end_thinking(self) -> None:
+        if self.reasoning_open:
+            self.reasoning_open = False
+            self.out.append(ThinkingEnd(self._sign("".join(self._reasoning))))
+            self._block()
+
+    def text(self, text: str) -> None:
+        if not text:
+            return
+        if not self._in_text:
+            if not text.strip():  # whitespace alone separates blocks
+                self._blank += text
+                return
+            text = text.lstrip() if self._after_block else self._blank + text
+            self._blank = ""
+            self._in_text = True
+        self.out.append(TextDelta(text))
+
+    def finish_text(self) -> None:
+        if self._blank and not self._after_block:
+            self.out.append(TextDelta(self._blank))
+        self._blank = ""
+
+    def _block(self) -> None:
+        self._after_block = True
+        self._in_text = False
+        self._blank = ""
+
+    def call_event(self, event: Event) -> None:
+        self._block()
+        self.out.append(event)
+
+
+class Reader:
+    """One answer's reader. `reasons`: the answer has a reasoning phase; `opened`: the prompt
+    ends inside it; `calls`: how its calls are written (the family's format, or SGLang's JSON
+    array), None where the answer has none.
+
+    Calls in the family's format are read as SGLang's server reads a whole answer
+    (`detect_and_parse`), once the answer ends: a detector's streaming parse can read a call
+    otherwise than its whole reading (a value holding the format's own markup, calls in one
+    piece), and a call sent cannot be taken back. The streaming parse runs beside it: text
+    streams until it sees a call begin, and a call max_tokens cut is read from it."""
+
+    def __init__(
+        self,
+        form: ModelFormat,
+        tools: Sequence[Tool],
+        new_id: Callable[[], str],
+        *,
+        reasons: bool = False,
+        opened: bool = False,
+        calls: Calls | None = None,
+        sign: Callable[[str], str] = lambda text: "",
+        tokenizer: Any = None,
+    ) -> None:
+        """`tokenizer`: the model's, for the parsers that read its vocabulary."""
+        family = form.family
+        self._tokenizer = tokenizer
+        self._new_id = new_id
+        self._events = _Events(sign)
+        self._reasoning = None
+        # Harmony's answer is framed in channels whether it reasons or not: its reasoning
+        # parser reads the frames.
+        if (reasons or family.answer_begin) and form.reasoning is not None:
+            self._reasoning = libraries.reasoning_parser(
+                form.reasoning.parser, opened, calls is not None, tokenizer
+            )
+            if opened:  # the prompt ends with the opening tag: the parser reads on from it
+                self._reasoning.parse_stream_chunk(form.reasoning.open)
+        self._calls_as = calls
+        self._detector: Any = None
+        self._tools = libraries.sglang_tools(tuple(tools)) if calls is not None else []
+        self._reads_after = family.reads_after
+        self._tool_parser = family.tool_parser
+        if calls == "json_array":
+            self._detector = libraries.json_array_parser()
+        elif calls is not None:
+            assert family.tool_parser is not None
+            parser = libraries.function_call_parser(family.tool_parser, self._tools, tokenizer)
+            self._detector = parser.detector
+            if family.reads_after:  # the prompt's end, which the detector reads on from
+                self._detector.parse_streaming_increment(family.reads_after, self._tools)
+        # The vocabulary's markup, and the parsers' own (a marker the vocabulary spells in
+        # several tokens still reaches them whole).
+        marked = [*form.markup, *_markers(self._detector), *_markers(self._reasoning)]
+        self._markup = Markup(marked)
+        free = [tool.name for tool in tools if tool.free_form is not None]
+        self._free_form = _FreeFormCalls(family.free_form, free) if calls and free else None
+        self._seen: list[str] = []  # the text the detector was given
+        self._shown: list[str] = []  # of it, what went out as text before a call began
+        self._streamed: dict[int, list[str]] = {}  # the stream's calls: name, arguments
+        self._calls: list[_Call] = []
+        self._by_detector: dict[int, _Call] = {}
+        self._open: _Call | None = None
+
+    @property
+    def num_calls(self) -> int:
+        return len(self._calls)
+
+    def feed(self, text: str) -> list[Event]:
+        for piece in self._markup.split(text):
+            self._read(piece)
+        return self._take()
+
+    def finish(self, cut: bool = False) -> list[Event]:
+        """The answer ended (`cut`: by max_tokens). What the parsers held back is text where the
+        model ended the answer, and begun markup, never text, where it was cut."""
+        held = self._markup.flush()
+        if held and not cut:
+            self._read(held, last=True)
+        if self._reasoning is not None:
+            reasoning, normal = self._reasoning.parse_stream_end()
+            self._events.think(reasoning or "")
+            if normal:
+                self._answer(normal, last=True)
+        self._events.end_thinking()
+        if self._free_form is not None:
+            for kind, text in self._free_form.finish(cut):
+                self._route(kind, text, last=True)
+        if self._calls_as == "json_array":
+            result = self._detector.finish(self._tools)
+            self._take_calls(result.calls)
+            self._unstreamed()
+            self._end_call(complete=not cut or self._past_open_call())
+        elif self._calls_as == "format":
+            self._read_whole(cut)
+        self._end_call(complete=not cut)
+        self._events.finish_text()
+        return self._take()
+
+    def _take(self) -> list[Event]:
+        out, self._events.out = self._events.out, []
+        return out
+
+    def _read(self, piece: str, last: bool = False) -> None:
+        """`last`: nothing follows it (the answer ended), so no marker it begins can come."""
+        if self._reasoning is None:
+            self._answer(piece, last)
+            return
+        reasoning, normal = self._reasoning.parse_stream_chunk(piece)
+        self._events.think(reasoning or "")
+        if normal:
+            self._events.end_thinking()
+            self._answer(normal, last)
+
+    def _answer(self, text: str, last: bool = False) -> None:
+        if self._free_form is None:
+            self._route("text", text, last)
+            return
+        for kind, part in self._free_form.feed(text):
+            self._route(kind, part, last)
+
+    def _route(self, kind: str, text: str, last: bool = False) -> None:
+        """`kind`: text, a free-form call's start (`text` its tool), its `input`, or its `end`."""
+        if kind == "text":
+            if self._detector is None:
+                self._plain(text)
+            else:
+                for piece in self._markup.cut(text):
+                    self._detect(piece)
+        elif kind == "start":
+            self._end_call(complete=True)
+            self._open = self._new_call(text, free_form=True)
+        elif kind == "input":
+            self._arguments(self._open, text)
+        else:
+            self._end_call(complete=kind == "end")
+
+    def _detect(self, text: str) -> None:
+        """The stream's reading of one more piece: its text goes out until a call begins; in
+        SGLang's JSON array, its calls go out as they come (that form has no whole reading)."""
+        self._seen.append(text)
+        result = self._detector.parse_streaming_increment(text, self._tools)
+        for _ in range(MAX_DRAIN):
+            progress = [call for call in result.calls if call.name or call.parameters]
+            if self._calls_as == "json_array":
+                self._plain(result.normal_text)
+                self._take_calls(progress)
+            else:
+                if not self._streamed and result.normal_text:
+                    self._shown.append(result.normal_text)
+                    self._plain(result.normal_text)
+                self._stream(progress)
+            if not progress and not result.normal_text:
+                return
+            result = self._detector.parse_streaming_increment("", self._tools)
+
+    def _stream(self, items: Sequence[Any]) -> None:
+        for item in items:
+            if item.name:
+                self._streamed[item.tool_index] = [item.name, ""]
+            elif item.tool_index in self._streamed:
+                self._streamed[item.tool_index][1] += item.parameters
+
+    def _read_whole(self, cut: bool) -> None:
+        """The calls SGLang reads in the whole answer, then the text it reads after those the
+        stream showed; where max_tokens cut the answer, the call it cut as far as the stream
+        read it, closed as incomplete, and no more text."""
+        if not self._seen:
+            return
+        finished = self._detector.finish(self._tools)
+        self._stream([call for call in finished.calls if call.name or call.parameters])
+        assert self._tool_parser is not None
+        parser = libraries.function_call_parser(self._tool_parser, self._tools, self._tokenizer)
+        whole = parser.detector
+        try:
+            read = whole.detect_and_parse(self._reads_after + "".join(self._seen), self._tools)
+        except Exception:  # the library's reading failed on this text: the stream's stands
+            log.exception("SGLang's %s parser failed on an answer", self._tool_parser)
+            read = _StreamRead(self._streamed, self._detector, "".join(self._shown))
+        done = int(getattr(self._detector, "current_tool_id", len(read.calls)))
+        for position, item in enumerate(read.calls):
+            self._whole_call(item.name, item.parameters, not cut or position < done)
+        streamed = list(self._streamed.values())
+        if cut and len(streamed) > len(read.calls):
+            name, arguments = streamed[-1]
+            arguments += self._unread(len(streamed) - 1, arguments)
+            if arguments:  # cut inside its arguments (before them, it is no call)
+                self._whole_call(name, arguments, False)
+        if not cut:
+            self._plain(_after(read.normal_text, "".join(self._shown)))
+
+    def _whole_call(self, name: str, arguments: str, complete: bool) -> None:
+        self._end_call(complete=True)
+        self._open = self._new_call(name)
+        self._arguments(self._open, arguments or "{}")
+        self._end_call(complete)
+
+    def _unread(self, index: int, sent: str) -> str:
+        """What the stream had read of a call's arguments but not sent (it sends a difference
+        once the next piece changes them), from the detector's own record of both."""
+        read = getattr(self._detector, "prev_tool_call_arr", [])
+        if index >= len(read) or "arguments" not in read[index]:
+            return ""
+        whole = json.dumps(read[index]["arguments"], ensure_ascii=False)
+        return whole[len(sent) :] if whole.startswith(sent) else ""
+
+    def _plain(self, text: str) -> None:
+        if text.strip() and self._open is not None:
+            self._end_call(complete=True)
+        self._events.text(text)
+
+    def _take_calls(self, items: Sequence[Any]) -> None:
+        """Calls as the stream reads them (SGLang's JSON array)."""
+        for item in items:
+            call = self._by_detector.get(item.tool_index)
+            if item.name and (call is None or call.announced or call is not self._open):
+                self._end_call(complete=True)
+                call = self._by_detector[item.tool_index] = self._new_call(item.name)
+                call.detected = item.tool_index
+                self._open = call
+            if item.parameters and call is not None:
+                self._arguments(call, item.parameters)
+
+    def _unstreamed(self) -> None:
+        call = self._open
+        if call is not None and call.detected is not None:
+            self._arguments(call, self._unread(call.detected, call.arguments))
+
+    def _past_open_call(self) -> bool:
+        """The detector had read the open call to its end when the answer was cut."""
+        call = self._open
+        if call is None or call.free_form or call.detected is None:
+            return False
+        return int(getattr(self._detector, "current_tool_id", -1)) > call.detected
+
+    def _new_call(self, name: str, free_form: bool = False) -> _Call:
+        call = _Call(len(self._calls), self._new_id(), name, free_form)
+        self._calls.append(call)
+        return call
+
+    def _arguments(self, call: _Call | None, fragment: str) -> None:
+        if call is None or not fragment:
+            return
+        if not call.announced:
+            call.announced = True
+            self._events.call_event(ToolCallStart(call.index, call.id, call.name))
+        call.arguments += fragment
+        self._events.out.append(ToolCallDelta(call.index, fragment))
+
+    def _end_call(self, complete: bool) -> None:
+        call, self._open = self._open, None
+        if call is None:
+            return
+        if not call.announced:  # cut before its arguments began: not a call
+            if complete and not call.free_form:  # a call of no arguments at all
+                self._arguments(call, "{}")
+            else:
+                self._calls.remove(call)
+                return
+        self._events.call_event(ToolCallEnd(call.index, complete))
+
+
+class _StreamRead:
+    """The stream's reading of the answer, in the shape of a whole one."""
+
+    def __init__(self, streamed: dict[int, list[str]], detector: Any, shown: str) -> None:
+        self.normal_text = shown
+        self.calls = [_Item(name, arguments) for name, arguments in streamed.values()]
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    name: str
+    parameters: str
+
+
+def _after(text: str, shown: str) -> str:
+    """What `text` holds past `shown`, its beginning already out (however the two differ in
+    the whitespace around them); nothing where it does not begin so."""
+    if text.startswith(shown):
+        return text[len(shown) :]
+    kept, shown = text.strip(), shown.strip()
+    return kept[len(shown) :] if kept.startswith(shown) else ""
+
+
+def _markers(parser: Any) -> list[str]:
+    """The markers a parser names: a tool-call detector's bot and eot tokens, a reasoning
+    parser's think tokens."""
+    parser = getattr(parser, "detector", parser)
+    names = ("bot_token", "eot_token", "think_start_token", "think_end_token")
+    return [found for name in names if isinstance(found := getattr(parser, name, None), str)]
+
+
+@dataclass(slots=True)
+class _FreeFormCalls:
+    """Free-form calls in the family's own strings, taken out of the text before the tool-call
+    detector sees it: `start` (the tool's name), `input` as it is, then `end` (or `cut`)."""
+
+    form: FreeFormCall | None
+    names: list[str]
+    _held: str = ""
+    _inside: bool = False
+    _openings: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.form is not None:
+            self._openings = {self.form.opening(name): name for name in self.names}
+
+    def feed(self, text: str) -> list[tuple[str, str]]:
+        if self.form is None:
+            return [("text", text)]
+        self._held += text
+        out: list[tuple[str, str]] = []
+        while self._step(self.form, out):
+            pass
+        return out
+
+    def finish(self, cut: bool) -> list[tuple[str, str]]:
+        held, self._held = self._held, ""
+        if self._inside:
+            return [("input", held), ("end" if not cut else "cut", "")]
+        return [("text", held)] if held and not cut else []
+
+    def _step(self, form: FreeFormCall, out: list[tuple[str, str]]) -> bool:
+        if self._inside:
+            end = self._held.find(form.end)
+            if end < 0:
+                keep = _partial_end(self._held, form.end)
+                out.append(("input", self._held[: len(self._held) - keep]))
+                self._held = self._held[len(self._held) - keep :]
+                return False
+            out += [("input", self._held[:end]), ("end", "")]
+            self._held = self._held[end + len(form.end) :]
+            self._inside = False
+            return True
+        starts = [(at, o) for o in self._openings if (at := self._held.find(o)) >= 0]
+        if starts:
+            at, opening = min(starts)
+            out += [("text", self._held[:at]), ("start", self._openings[opening])]
+            self._held = self._held[at + len(opening) :]
+            self._inside = True
+            return True
+        keep = max((_partial_end(self._held, o) for o in self._openings), default=0)
+        out.append(("text", self._held[: len(self._held) - keep]))
+        self._held = self._held[len(self._held) - keep :]
+        return False
+
+
+def _partial_end(text: str, marker: str) -> int:
+    """The length of the longest end of `text` that begins `marker`."""
+    for size in range(min(len(text), len(marker) - 1), 0, -1):
+        if text.endswith(marker[:size]):
+            return size
+    return 0
