@@ -108,6 +108,7 @@ def _run(argv: list[str] | None) -> int:
             scenario = importlib.import_module(f"bench.scenarios.{name}")
             rows += scenario.run(run)
             notes[scenario.NAME] = scenario.NOTE
+            notes.update(getattr(scenario, "NOTES", {}))  # a scenario's other tables
     meta = {
         "quick": args.quick,
         "target": ours.openai_base,

@@ -42,7 +42,9 @@ from server.errors import ConstraintRejected
 MAX_WHITESPACE = 2
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
 ANY_TEXT: dict[str, Any] = {"type": "any_text"}
-BETWEEN_CALLS: dict[str, Any] = {"type": "regex", "pattern": "[ \\t\\n]*"}
+# Between calls: what templates write there (a newline or two), bounded as JSON's whitespace is
+# (a small model otherwise writes whitespace to its last token).
+BETWEEN_CALLS: dict[str, Any] = {"type": "regex", "pattern": f"[ \\t\\n]{{0,{MAX_WHITESPACE}}}"}
 # The reasoning of a model whose xgrammar tag writes it among its messages (Kimi K3's).
 INSIDE: dict[str, Any] = {"type": "const_string", "value": ""}
 
@@ -136,11 +138,11 @@ def _answer(request: GenerateRequest, form: ModelFormat, calls: _Calls | None) -
     if calls is None:
         return answer
     if request.tool_choice.kind is not ToolChoiceKind.AUTO:
-        return _after_whitespace(calls.only)
+        return calls.only
     if answer is not None:
         if calls.only is None:
             return answer
-        return {"type": "or", "elements": [_after_whitespace(calls.only), answer]}
+        return {"type": "or", "elements": [calls.only, answer]}
     return calls.auto
 
 
@@ -199,7 +201,7 @@ def _builtin(
             name, [_function(tool) for tool in functions], choice, reasoning=mode,
             parallel_tool_calls=not one, max_whitespace_cnt=MAX_WHITESPACE,
         )  # fmt: skip
-        written = dict(found.model_dump(mode="json", exclude_none=True)["format"])
+        written = _bounded(dict(found.model_dump(mode="json", exclude_none=True)["format"]))
         prefix, calls = (None, written)
         if reasoning is not None:
             prefix, calls = _split_reasoning(written, reasoning.close)
@@ -211,6 +213,18 @@ def _builtin(
     if request.tool_choice.kind is ToolChoiceKind.AUTO:
         auto = _with_own(tag("auto"), own) if own else tag("auto")
     return _Calls("format", auto, _only(required, own, one), reasoning=prefixes[0])
+
+
+def _bounded(found: Any) -> Any:
+    """The tag with its unbounded runs of digits (Kimi's call index, `\\d+`) held to three: a
+    model can write digits without end there, and no answer holds a thousand calls."""
+    if isinstance(found, dict):
+        if found.get("type") == "regex" and found.get("pattern") == "\\d+":
+            return found | {"pattern": "\\d{1,3}"}
+        return {key: _bounded(value) for key, value in found.items()}
+    if isinstance(found, list):
+        return [_bounded(value) for value in found]
+    return found
 
 
 def _split_reasoning(written: Format, close: str) -> tuple[Format | None, Format]:
@@ -275,14 +289,6 @@ def _with_own(auto: Format, own: list[Format]) -> Format:
         if not any(tag["begin"].startswith(trigger) for trigger in triggers):
             triggers.append(tag["begin"])
     return auto | {"tags": [*auto["tags"], *own], "triggers": triggers}
-
-
-def _after_whitespace(calls: Format | None) -> Format | None:
-    """The calls, after any whitespace (what a template writes between a turn's opening or the
-    reasoning and its first call)."""
-    if calls is None:
-        return None
-    return {"type": "sequence", "elements": [BETWEEN_CALLS, calls]}
 
 
 def _calls_only(tags: list[Format], one: bool) -> Format:

@@ -90,6 +90,10 @@ class ModelFamily:
     # the client's own.
     call_id: str = ""
     one_call: bool = False  # the format holds one call a turn
+    # SGLang's streaming detector reads this format's calls as its whole reading does; False:
+    # it does not (it fails on some values), so the calls are read from the whole answer and go
+    # out when it ends.
+    streams_calls: bool = True
     system_anywhere: bool = False  # a system turn may stand past the first
     image: str | None = None  # where an image stands in a prompt; None: no vision format
     special_tokens: bool = False  # its markup is in special tokens: they are output as text

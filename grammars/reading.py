@@ -138,8 +138,9 @@ class _Events:
             self._in_text = True
         self.out.append(TextDelta(text))
 
-    def finish_text(self) -> None:
-        if self._blank and not self._after_block:
+    def finish_text(self, keep: bool = True) -> None:
+        """The answer ended: whitespace alone is its text where nothing else came (`keep`)."""
+        if keep and self._blank and not self._after_block:
             self.out.append(TextDelta(self._blank))
         self._blank = ""
 
@@ -158,11 +159,9 @@ class Reader:
     ends inside it; `calls`: how its calls are written (the family's format, or SGLang's JSON
     array), None where the answer has none.
 
-    Calls in the family's format are read as SGLang's server reads a whole answer
-    (`detect_and_parse`), once the answer ends: a detector's streaming parse can read a call
-    otherwise than its whole reading (a value holding the format's own markup, calls in one
-    piece), and a call sent cannot be taken back. The streaming parse runs beside it: text
-    streams until it sees a call begin, and a call max_tokens cut is read from it."""
+    Calls go out as SGLang's detector streams them, the arguments fragment by fragment; when
+    the answer ends, SGLang's reading of the whole answer (`detect_and_parse`, as its server
+    reads a non-streamed one) completes what the stream held back or missed."""
 
     def __init__(
         self,
@@ -193,6 +192,7 @@ class Reader:
         self._calls_as = calls
         self._detector: Any = None
         self._tools = libraries.sglang_tools(tuple(tools)) if calls is not None else []
+        self._schemas = {tool.name: tool.input_schema for tool in tools}
         self._reads_after = family.reads_after
         self._tool_parser = family.tool_parser
         if calls == "json_array":
@@ -210,8 +210,11 @@ class Reader:
         free = [tool.name for tool in tools if tool.free_form is not None]
         self._free_form = _FreeFormCalls(family.free_form, free) if calls and free else None
         self._seen: list[str] = []  # the text the detector was given
-        self._shown: list[str] = []  # of it, what went out as text before a call began
-        self._streamed: dict[int, list[str]] = {}  # the stream's calls: name, arguments
+        self._shown: list[str] = []  # the text it read of it that went out
+        # Calls go out as the stream reads them, or (`streams_calls` false) when the answer
+        # ends, from its whole reading; `_held` has the stream's calls then: name, arguments.
+        self._live = calls == "json_array" or family.streams_calls
+        self._held: dict[int, list[str]] = {}
         self._calls: list[_Call] = []
         self._by_detector: dict[int, _Call] = {}
         self._open: _Call | None = None
@@ -240,15 +243,18 @@ class Reader:
         if self._free_form is not None:
             for kind, text in self._free_form.finish(cut):
                 self._route(kind, text, last=True)
-        if self._calls_as == "json_array":
+        if self._detector is not None:
             result = self._detector.finish(self._tools)
-            self._take_calls(result.calls)
+            if not cut:
+                self._plain(result.normal_text)
+            self._take_calls([call for call in result.calls if call.name or call.parameters])
             self._unstreamed()
+            if self._calls_as == "format":
+                self._read_whole(cut)
             self._end_call(complete=not cut or self._past_open_call())
-        elif self._calls_as == "format":
-            self._read_whole(cut)
         self._end_call(complete=not cut)
-        self._events.finish_text()
+        # Whitespace before a call max_tokens cut is not text either.
+        self._events.finish_text(keep=not (cut and (self._calls or self._held)))
         return self._take()
 
     def _take(self) -> list[Event]:
@@ -290,56 +296,79 @@ class Reader:
             self._end_call(complete=kind == "end")
 
     def _detect(self, text: str) -> None:
-        """The stream's reading of one more piece: its text goes out until a call begins; in
-        SGLang's JSON array, its calls go out as they come (that form has no whole reading)."""
+        """The stream's reading of one more piece: its text and its calls go out as they come."""
         self._seen.append(text)
         result = self._detector.parse_streaming_increment(text, self._tools)
         for _ in range(MAX_DRAIN):
             progress = [call for call in result.calls if call.name or call.parameters]
-            if self._calls_as == "json_array":
+            if self._live:
+                self._shown.append(result.normal_text)
                 self._plain(result.normal_text)
                 self._take_calls(progress)
             else:
-                if not self._streamed and result.normal_text:
-                    self._shown.append(result.normal_text)
-                    self._plain(result.normal_text)
-                self._stream(progress)
+                self._hold(progress, result.normal_text)
             if not progress and not result.normal_text:
                 return
             result = self._detector.parse_streaming_increment("", self._tools)
 
-    def _stream(self, items: Sequence[Any]) -> None:
+    def _hold(self, items: Sequence[Any], text: str) -> None:
+        """The stream's reading where calls wait for the whole one: its text goes out until a
+        call begins; its calls are kept for a cut answer's last one."""
+        if not self._held and text:
+            self._shown.append(text)
+            self._plain(text)
         for item in items:
             if item.name:
-                self._streamed[item.tool_index] = [item.name, ""]
-            elif item.tool_index in self._streamed:
-                self._streamed[item.tool_index][1] += item.parameters
+                self._held[item.tool_index] = [item.name, ""]
+            elif item.tool_index in self._held:
+                self._held[item.tool_index][1] += item.parameters
 
     def _read_whole(self, cut: bool) -> None:
-        """The calls SGLang reads in the whole answer, then the text it reads after those the
-        stream showed; where max_tokens cut the answer, the call it cut as far as the stream
-        read it, closed as incomplete, and no more text."""
+        """SGLang's server reads a whole answer with `detect_and_parse`, which can read it
+        otherwise than the stream (a call it took in one piece, what it held back): the calls
+        it reads past those the stream sent go out, the open call's arguments are completed to
+        its reading, and the text it reads past what went out follows. A call sent cannot be
+        taken back: one read otherwise is logged."""
         if not self._seen:
             return
-        finished = self._detector.finish(self._tools)
-        self._stream([call for call in finished.calls if call.name or call.parameters])
         assert self._tool_parser is not None
         parser = libraries.function_call_parser(self._tool_parser, self._tools, self._tokenizer)
-        whole = parser.detector
         try:
-            read = whole.detect_and_parse(self._reads_after + "".join(self._seen), self._tools)
+            read = parser.detector.detect_and_parse(
+                self._reads_after + "".join(self._seen), self._tools
+            )
         except Exception:  # the library's reading failed on this text: the stream's stands
             log.exception("SGLang's %s parser failed on an answer", self._tool_parser)
-            read = _StreamRead(self._streamed, self._detector, "".join(self._shown))
-        done = int(getattr(self._detector, "current_tool_id", len(read.calls)))
+            return
+        sent = [call for call in self._calls if not call.free_form]
+        ended = int(getattr(self._detector, "current_tool_id", len(read.calls)))
         for position, item in enumerate(read.calls):
-            self._whole_call(item.name, item.parameters, not cut or position < done)
-        streamed = list(self._streamed.values())
-        if cut and len(streamed) > len(read.calls):
-            name, arguments = streamed[-1]
-            arguments += self._unread(len(streamed) - 1, arguments)
+            arguments = _held_to(item.parameters, self._schemas.get(item.name))
+            if position >= len(sent):
+                if not cut or not self._live:  # a call the stream did not send
+                    self._whole_call(item.name, arguments, not cut or position < ended)
+                continue
+            call = sent[position]
+            opened = call is self._open and call.name == item.name
+            if opened and arguments.startswith(call.arguments):
+                self._arguments(call, arguments[len(call.arguments) :])
+                continue
+            if call.name != item.name or not _same_json(call.arguments, arguments):
+                log.warning(
+                    "SGLang's %s parser reads call %d of an answer as %s %s, its stream as %s %s",
+                    self._tool_parser, position, item.name, arguments, call.name, call.arguments,
+                )  # fmt: skip
+        held = list(self._held.values())
+        if cut and len(held) > len(read.calls):  # the call max_tokens cut, as the stream read it
+            name, arguments = held[-1]
+            arguments += self._unread(len(held) - 1, arguments)
             if arguments:  # cut inside its arguments (before them, it is no call)
                 self._whole_call(name, arguments, False)
+        if not cut and len(sent) > len(read.calls):
+            log.warning(
+                "SGLang's %s parser reads %d calls in an answer, its stream %d",
+                self._tool_parser, len(read.calls), len(sent),
+            )  # fmt: skip
         if not cut:
             self._plain(_after(read.normal_text, "".join(self._shown)))
 
@@ -364,7 +393,7 @@ class Reader:
         self._events.text(text)
 
     def _take_calls(self, items: Sequence[Any]) -> None:
-        """Calls as the stream reads them (SGLang's JSON array)."""
+        """Calls as the stream reads them."""
         for item in items:
             call = self._by_detector.get(item.tool_index)
             if item.name and (call is None or call.announced or call is not self._open):
@@ -373,7 +402,7 @@ class Reader:
                 call.detected = item.tool_index
                 self._open = call
             if item.parameters and call is not None:
-                self._arguments(call, item.parameters)
+                self._arguments(call, _held_pairs(item.parameters, self._schemas.get(call.name)))
 
     def _unstreamed(self) -> None:
         call = self._open
@@ -414,18 +443,49 @@ class Reader:
         self._events.call_event(ToolCallEnd(call.index, complete))
 
 
-class _StreamRead:
-    """The stream's reading of the answer, in the shape of a whole one."""
+def _held_to(arguments: str, schema: dict[str, Any] | None) -> str:
+    """The arguments with each string the schema holds to a set of values (an enum or const)
+    taken without the whitespace around it, where only that whitespace kept it out of the set.
+    xgrammar's XML styles let whitespace stand around such a value, and SGLang's XML detectors
+    keep it in the value: the call the grammar allowed would not validate."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        return arguments
+    try:
+        read = json.loads(arguments)
+    except ValueError:
+        return arguments
+    if not isinstance(read, dict):
+        return arguments
+    changed = False
+    for key, value in read.items():
+        spec = properties.get(key)
+        if not isinstance(value, str) or not isinstance(spec, dict):
+            continue
+        allowed = spec.get("enum", [spec["const"]] if "const" in spec else None)
+        if isinstance(allowed, list) and value not in allowed and value.strip() in allowed:
+            read[key], changed = value.strip(), True
+    return json.dumps(read, ensure_ascii=False) if changed else arguments
 
-    def __init__(self, streamed: dict[int, list[str]], detector: Any, shown: str) -> None:
-        self.normal_text = shown
-        self.calls = [_Item(name, arguments) for name, arguments in streamed.values()]
+
+def _held_pairs(fragment: str, schema: dict[str, Any] | None) -> str:
+    """`_held_to` on a streamed fragment that holds whole pairs of an object (`"key": value`,
+    as SGLang's XML detectors stream them, each parameter once it has ended)."""
+    start = len(fragment) - len(fragment.lstrip(" ,{"))
+    end = len(fragment.rstrip(" }"))
+    pairs = fragment[start:end]
+    if not pairs or schema is None:
+        return fragment
+    whole = "{" + pairs + "}"
+    held = _held_to(whole, schema)
+    return fragment if held == whole else fragment[:start] + held[1:-1] + fragment[end:]
 
 
-@dataclass(frozen=True, slots=True)
-class _Item:
-    name: str
-    parameters: str
+def _same_json(one: str, other: str) -> bool:
+    try:
+        return bool(json.loads(one) == json.loads(other))
+    except ValueError:
+        return one == other
 
 
 def _after(text: str, shown: str) -> str:

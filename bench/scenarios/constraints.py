@@ -1,6 +1,7 @@
 """Constrained decoding: the cost of a tool-call grammar or a JSON Schema answer against free
 text. Cold is a schema the runtime has not compiled yet (a fresh one per request); warm repeats
-one, which SGLang's xgrammar backend has cached."""
+one, which SGLang's xgrammar backend has cached. Then each model format's own grammar compile
+and reader, without a model (bench/formats.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 import uuid
 from typing import Any
 
-from bench import prompts
+from bench import formats, prompts
 from bench.client import Sample, client, stream
 from bench.report import Row
 from bench.run import Run
@@ -20,6 +21,7 @@ NOTE = (
     " The first event of a tool call is its start, which "
     "needs the call's header written: compare server ttft for the grammar's own cost."
 )
+NOTES = {formats.NAME: formats.NOTE}
 MAX_TOKENS, QUICK_MAX_TOKENS = 48, 24
 QUESTION = "What is the weather in Eugene, Oregon? Use the tool."
 CASES = (
@@ -83,4 +85,4 @@ def run(run: Run) -> list[Row]:
             "output tokens p50": percentile([float(s.output_tokens) for s in samples], 50),
         }
         rows.append(Row(NAME, case, values))
-    return rows
+    return rows + formats.rows()

@@ -1,9 +1,10 @@
 """The family-independent tests of tools, reasoning and free-form calls, run again on a model of
 each other family: a tiny model made by tests/families/ (its architecture at a toy size, random
 weights, the family's chat template) served by the real engine, one family at a time. Each
-speaks its own format: Qwen3.5's XML calls, Qwen3's Hermes JSON, Llama 3's bare JSON one call a
-turn, DeepSeek V3.1's block of calls (its tools presented by the node), Mistral's calls in
-special tokens, gpt-oss's Harmony channels; reasoning has the template's own switch. Every
+speaks its own format, from its model's published template: Qwen3.5's XML calls, Kimi K2's
+section of calls with their `functions.NAME:INDEX` ids, Llama 3's bare JSON one call a turn,
+DeepSeek V3.1's block of calls (its tools presented by the node), Mistral's JSON array in special
+tokens, gpt-oss's Harmony channels; reasoning has the template's own switch. Every
 guarantee the embedded model's tests check (calls valid against their schema under each
 tool_choice, a named choice one call, no call markup in text, streamed calls equal to whole
 ones, budgets enforced) must hold on each. Qwen3.5's model has its own hybrid architecture: its
@@ -24,7 +25,7 @@ import pytest
 
 from server.config import default_cache_dir
 from server.models.embedded import ensure_converted
-from server.prompt import Tokenizer
+from server.tokenizer import Tokenizer
 from tests.api import test_responses as responses_tests
 from tests.api import test_tools as tools_tests
 from tests.api.test_responses import (  # noqa: F401  (collected here, on each family's model)
@@ -66,9 +67,9 @@ pytestmark = pytest.mark.shard(AGENTS_AND_FAMILIES)  # nodes of their own, apart
 # whether the format has a call of free-form input (custom tools).
 CARDS = {
     "qwen3_5": ("qwen3_coder", "qwen3_coder", True),
-    "qwen3": ("hermes", "hermes", True),
+    "kimi_k2": ("kimi_k2", "kimi_k2", True),
     "llama3": ("llama3", "llama3", False),
-    "deepseek_v31": ("deepseek_v31", "deepseekv31", True),
+    "deepseek_v31": ("deepseekv31", "deepseekv31", True),
     "mistral": ("mistral", "mistral", False),
     "gpt_oss": ("gpt_oss", "gpt-oss", True),
 }

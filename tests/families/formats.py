@@ -157,3 +157,32 @@ def sglang_reads(
     tools_read = libraries.sglang_tools(tools)
     read = detector.detect_and_parse(family.reads_after + (text or ""), tools_read)
     return [(call.name, json.loads(call.parameters)) for call in read.calls]
+
+
+def sglang_streams(
+    form: ModelFormat, tools: tuple[Tool, ...], pieces: list[str], tokenizer: Any = None
+) -> list[tuple[str, Any]]:
+    """The calls SGLang reads in an answer that arrives in `pieces`, as its server streams one:
+    each piece through the FunctionCallParser's `parse_stream_chunk` (after the reasoning
+    parser's, where the format frames every answer in it), then `parse_stream_end`; a call is
+    its name and its argument fragments joined."""
+    family = form.family
+    assert family.tool_parser is not None
+    tools_read = libraries.sglang_tools(tools)
+    parser = libraries.function_call_parser(family.tool_parser, tools_read, tokenizer)
+    reasoning = None
+    if family.answer_begin and form.reasoning is not None:
+        reasoning = libraries.reasoning_parser(form.reasoning.parser, False, True)
+    calls: dict[int, list[str]] = {}
+    items = parser.parse_stream_chunk(family.reads_after)[1] if family.reads_after else []
+    for piece in pieces:
+        if reasoning is not None:
+            piece = reasoning.parse_stream_chunk(piece)[1] or ""
+        items += parser.parse_stream_chunk(piece)[1]
+    items += parser.parse_stream_end()[1]
+    for item in items:
+        if item.name:
+            calls[item.tool_index] = [item.name, ""]
+        if item.parameters and item.tool_index in calls:
+            calls[item.tool_index][1] += item.parameters
+    return [(name, json.loads(arguments or "{}")) for name, arguments in calls.values()]

@@ -1,8 +1,9 @@
 """A tiny model folder of a family: config.json, random bf16 weights in model.safetensors, the
-tokenizer and the family's chat template. Nothing it says is meaningful; what the node guarantees
-(the format, the constraints) holds whatever the weights. Qwen3.5's is its own hybrid architecture
-(Gated DeltaNet layers, one gated-attention layer in four, a vision encoder), made and saved by
-transformers' own classes, so that its checkpoint is laid out as Qwen's are."""
+tokenizer and the chat template its model publishes (templates/). Nothing it says is meaningful;
+what the node guarantees (the format, the constraints) holds whatever the weights. Qwen3.5's is its
+own hybrid architecture (Gated DeltaNet layers, one gated-attention layer in four, a vision
+encoder), made and saved by transformers' own classes, so that its checkpoint is laid out as
+Qwen's are."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ import torch
 from safetensors.torch import save_file
 from tokenizers import AddedToken, Tokenizer
 
-HERE = Path(__file__).parent
+TEMPLATES = Path(__file__).parent / "templates"
 HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN = 64, 2, 2, 1, 32, 128
 
 
 @dataclass(frozen=True)
 class Family:
-    name: str  # the template's file here: <name>.jinja
+    name: str
+    template: str  # the published template, under templates/
     architecture: str
     model_type: str
     added: tuple[str, ...]  # the family's own tokens, beside the embedded vocabulary's
@@ -39,10 +41,29 @@ QWEN_TOKENS = (
     "<tool_call>", "</tool_call>", "<think>", "</think>", "<tool_response>", "</tool_response>",
     "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>",
 )  # fmt: skip
-QWEN3_5 = Family("qwen3_5", "Qwen3_5ForConditionalGeneration", "qwen3_5", QWEN_TOKENS)
-QWEN3 = Family("qwen3", "Qwen3ForCausalLM", "qwen3", QWEN_TOKENS, qk_norm=True)
+QWEN3_5 = Family(
+    "qwen3_5",
+    "qwen3_coder/Qwen--Qwen3.5-9B.jinja",
+    "Qwen3_5ForConditionalGeneration",
+    "qwen3_5",
+    QWEN_TOKENS,
+)
+KIMI_K2 = Family(
+    "kimi_k2",
+    "kimi_k2/moonshotai--Kimi-K2-Thinking.jinja",
+    "Qwen3ForCausalLM",
+    "qwen3",
+    (),
+    special=("<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>",
+             "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+             "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<think>", "</think>"),
+    bos="<|im_system|>",
+    eos="<|im_end|>",
+    qk_norm=True,
+)  # fmt: skip
 LLAMA3 = Family(
     "llama3",
+    "llama3/meta-llama--Llama-3.2-3B-Instruct.jinja",
     "LlamaForCausalLM",
     "llama",
     (),
@@ -53,6 +74,7 @@ LLAMA3 = Family(
 )  # fmt: skip
 DEEPSEEK_V31 = Family(
     "deepseek_v31",
+    "deepseekv31/deepseek-ai--DeepSeek-V3.1.jinja",
     "LlamaForCausalLM",
     "llama",
     ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
@@ -64,6 +86,7 @@ DEEPSEEK_V31 = Family(
 )  # fmt: skip
 MISTRAL = Family(
     "mistral",
+    "mistral/mistralai--Mistral-Small-3.1-24B-Instruct-2503.jinja",
     "MistralForCausalLM",
     "mistral",
     (),
@@ -75,6 +98,7 @@ MISTRAL = Family(
 )  # fmt: skip
 GPT_OSS = Family(
     "gpt_oss",
+    "gpt-oss/openai--gpt-oss-120b.jinja",
     "LlamaForCausalLM",
     "llama",
     (),
@@ -85,7 +109,7 @@ GPT_OSS = Family(
     stops=("<|call|>",),
 )  # fmt: skip
 FAMILIES = {
-    family.name: family for family in (QWEN3_5, QWEN3, LLAMA3, DEEPSEEK_V31, MISTRAL, GPT_OSS)
+    family.name: family for family in (QWEN3_5, KIMI_K2, LLAMA3, DEEPSEEK_V31, MISTRAL, GPT_OSS)
 }
 
 
@@ -100,7 +124,7 @@ def make(folder: Path, family: Family, embedded: Path, seed: int = 0) -> Path:
     config = json.loads((embedded / "tokenizer_config.json").read_text())
     config |= {"bos_token": family.bos, "eos_token": family.eos, "pad_token": family.eos}
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
-    (folder / "chat_template.jinja").write_text((HERE / f"{family.name}.jinja").read_text())
+    (folder / "chat_template.jinja").write_text((TEMPLATES / family.template).read_text())
     vocab = tokenizer.get_vocab_size(with_added_tokens=True)
     eos = tokenizer.token_to_id(family.eos)
     bos = tokenizer.token_to_id(family.bos)

@@ -6,6 +6,7 @@ writes it is taken and text is not, and reads that call as SGLang's detector rea
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from server.canonical import (
 )
 from tests.families.formats import Format, prepared, sglang_reads
 from tests.families.published import published
+from tests.families.table import table
 from tests.unit.grammar_check import accepts
 
 WEATHER = {
@@ -136,3 +138,29 @@ def calls_of(events: list[Event]) -> list[tuple[str, dict[str, Any]]]:
         elif isinstance(event, ToolCallDelta):
             calls[event.index][1] += event.arguments
     return [(name, json.loads(arguments)) for name, arguments in calls.values()]
+
+
+def test_an_enum_value_is_read_without_the_whitespace_the_grammar_lets_stand_around_it() -> None:
+    """xgrammar's qwen_xml style lets whitespace stand around a value; SGLang's detector keeps it
+    in a string: a value of an enum so read would not validate, and the node takes it without."""
+    [index] = [i for i, entry in enumerate(published()) if entry.id == "Qwen3.5-9B"]
+    found = prepared(index)
+    schema = {"type": "object", "properties": {"unit": {"enum": ["celsius", "fahrenheit"]}},
+              "required": ["unit"]}  # fmt: skip
+    tools = (Tool("convert", None, schema),)
+    text = "<tool_call>\n<function=convert>\n<parameter=unit> fahrenheit\n\n</parameter>\n"
+    text += "</function>\n</tool_call>"
+    grammar, reader, before = found.prepared(tools, ToolChoice(ToolChoiceKind.ANY))
+    assert grammar.constraint is not None
+    assert accepts(found.tokenizer, grammar.constraint, before + text)
+    assert sglang_reads(found.form, tools, text, found.tokenizer) == [
+        ("convert", {"unit": " fahrenheit\n"})
+    ]
+    assert calls_of(reader.feed(before + text) + reader.finish()) == [
+        ("convert", {"unit": "fahrenheit"})
+    ]
+
+
+def test_the_readmes_table_of_formats_is_the_one_the_families_make() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert table() in readme, "README.md's table of formats: paste `python -m tests.families.table`"

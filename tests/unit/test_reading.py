@@ -113,6 +113,16 @@ def test_a_call_becomes_start_fragments_end() -> None:
     ]
 
 
+def test_a_calls_arguments_go_out_as_they_are_written() -> None:
+    text = call("get_weather", '{"city": "Oslo", "days": 3}')
+    read, out = reader(), []
+    for char in text[: text.index("3")]:  # the answer so far: the call has not ended
+        out += read.feed(char)
+    fragments = [e.arguments for e in out if isinstance(e, ToolCallDelta)]
+    assert len(fragments) > 1
+    assert "".join(fragments).startswith('{"city": "Osl')
+
+
 def test_two_calls_and_nothing_between_them() -> None:
     events = parse(call("a", '{"x": "}{\\"}"}') + "\n" + call("b", '{"n": [1]}'), 1)
     assert [type(e).__name__ for e in events] == [
