@@ -36,9 +36,11 @@ def _checked() -> None:
             found[name] = None
         if found[name] != wanted:
             raise LibraryMismatch(
-                f"{name} {found[name] or 'is not installed'}: the model formats (grammars/) are "
-                f"read with {name} {wanted}'s parsers (make install sets it up)"
-            )
+                f"{name} "
+                + (f"{found[name]} is installed, where this node is built on {wanted}"
+                   if found[name] else "is not installed")
+                + " (make install sets up the pinned ones)"
+            )  # fmt: skip
     from server.torch_compat import ensure_torchvision_loadable
 
     ensure_torchvision_loadable()  # SGLang's parsers import transformers, which imports it

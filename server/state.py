@@ -233,8 +233,10 @@ def _format(model: str, tokenizer: Tokenizer) -> ModelFormat:
     stops the start."""
     try:
         return format_of(tokenizer)
-    except (UnknownFormat, LibraryMismatch) as error:
+    except UnknownFormat as error:
         raise ModelSetupError(f"{model}: {error}") from None
+    except LibraryMismatch as error:
+        raise ModelSetupError(str(error)) from None
 
 
 def server_state() -> ServerState:
