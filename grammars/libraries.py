@@ -6,7 +6,6 @@ transformers), and checked once against the release this node is built on."""
 from __future__ import annotations
 
 import functools
-from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from server.canonical import Tool
@@ -17,8 +16,7 @@ if TYPE_CHECKING:
     from sglang.srt.function_call.function_call_parser import FunctionCallParser
     from sglang.srt.parser.reasoning_parser import ReasoningParser
 
-# The releases whose parsers, detection rules and structural tags the family files name.
-SGLANG = "0.5.23"
+# The xgrammar release whose structural tags the family files name; SGLang's is the engine's pin.
 XGRAMMAR = "0.2.7"
 
 
@@ -28,17 +26,15 @@ class LibraryMismatch(RuntimeError):
 
 @functools.cache
 def _checked() -> None:
-    found: dict[str, str | None] = {}
+    from server.engines.sglang.pins import SGLANG, release
+
     for name, wanted in (("sglang", SGLANG), ("xgrammar", XGRAMMAR)):
-        try:
-            found[name] = metadata.version(name).split("+", 1)[0]
-        except metadata.PackageNotFoundError:
-            found[name] = None
-        if found[name] != wanted:
+        found = release(name)
+        if found != wanted:
             raise LibraryMismatch(
                 f"{name} "
-                + (f"{found[name]} is installed, where this node is built on {wanted}"
-                   if found[name] else "is not installed")
+                + (f"{found} is installed, where this node is built on {wanted}"
+                   if found else "is not installed")
                 + " (make install sets up the pinned ones)"
             )  # fmt: skip
     from server.torch_compat import ensure_torchvision_loadable

@@ -193,6 +193,11 @@ class Reader:
         self._detector: Any = None
         self._tools = libraries.sglang_tools(tuple(tools)) if calls is not None else []
         self._schemas = {tool.name: tool.input_schema for tool in tools}
+        # The tools with a string held to a set of values, whose streamed pairs `_held_pairs`
+        # checks (every other fragment passes as it is).
+        self._held_schemas = {
+            name: schema for name, schema in self._schemas.items() if _holds_values(schema)
+        }
         self._reads_after = family.reads_after
         self._tool_parser = family.tool_parser
         if calls == "json_array":
@@ -402,7 +407,9 @@ class Reader:
                 call.detected = item.tool_index
                 self._open = call
             if item.parameters and call is not None:
-                self._arguments(call, _held_pairs(item.parameters, self._schemas.get(call.name)))
+                held = self._held_schemas.get(call.name)
+                fragment = item.parameters if held is None else _held_pairs(item.parameters, held)
+                self._arguments(call, fragment)
 
     def _unstreamed(self) -> None:
         call = self._open
@@ -466,6 +473,14 @@ def _held_to(arguments: str, schema: dict[str, Any] | None) -> str:
         if isinstance(allowed, list) and value not in allowed and value.strip() in allowed:
             read[key], changed = value.strip(), True
     return json.dumps(read, ensure_ascii=False) if changed else arguments
+
+
+def _holds_values(schema: dict[str, Any]) -> bool:
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    return isinstance(properties, dict) and any(
+        isinstance(spec, dict) and ("enum" in spec or "const" in spec)
+        for spec in properties.values()
+    )
 
 
 def _held_pairs(fragment: str, schema: dict[str, Any] | None) -> str:
