@@ -205,6 +205,15 @@ def test_the_library_runs_on_torchs_openmp_runtime(kernels: native.Kernels) -> N
     assert len([path for path in loaded if "libgomp" in path]) == 1, loaded
 
 
+def test_loading_the_library_leaves_subnormal_floats_as_they_are(kernels: native.Kernels) -> None:
+    """The kernels' fast math stays in their own loops: the process that loads them (SGLang's
+    scheduler, with torch and Python) keeps IEEE subnormals rather than flushing them to zero."""
+    del kernels
+    smallest = 2.2250738585072014e-308  # the least normal double
+    assert smallest / 4 != 0.0
+    assert torch.tensor([1e-40], dtype=torch.float32).mul(1.0).item() != 0.0
+
+
 def test_a_second_build_loads_the_first_ones_library(tmp_path: Path) -> None:
     first = native.build(tmp_path)
     made = first.stat().st_mtime_ns

@@ -33,7 +33,10 @@ log = logging.getLogger(__name__)
 
 KERNELS_ENV = "B3OS_INFER_CPU_KERNELS"  # the compiled library's path, for SGLang's processes
 SOURCES = Path(__file__).parent / "kernels"  # its *.c, compiled into one library (and *.h)
-FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC")
+FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC")
+# Linked apart from FLAGS: -ffast-math at the link adds crtfastmath.o, which flushes subnormals to
+# zero in every thread of the process that loads the library (torch's and Python's floats too).
+LINK = ("-shared", "-fopenmp")
 LIBRARIES = ("-lmvec", "-lm")  # glibc's vector expf, which -ffast-math loops call
 
 
@@ -51,16 +54,18 @@ def build(cache_dir: Path) -> Path:
     digest = hashlib.sha256()
     for source in sorted(SOURCES.glob("*.[ch]")):  # the headers they include too
         digest.update(source.name.encode() + source.read_bytes())
-    for part in (" ".join(FLAGS), version, _cpu()):
+    for part in (" ".join(FLAGS), " ".join(LINK), version, _cpu()):
         digest.update(part.encode())
     target = _folder(cache_dir) / f"cpu-{digest.hexdigest()[:16]}.so"
     if target.exists():
         return target
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         built = Path(scratch) / target.name
-        command = [compiler, *FLAGS, "-o", str(built), *map(str, sources), *LIBRARIES]
-        log.info("compiling the CPU kernels: %s", " ".join(command))
-        _output(command)
+        objects = [str(Path(scratch) / f"{source.stem}.o") for source in sources]
+        log.info("compiling the CPU kernels: %s %s", compiler, " ".join(FLAGS))
+        for source, made in zip(sources, objects, strict=True):
+            _output([compiler, *FLAGS, "-c", str(source), "-o", made])
+        _output([compiler, *LINK, "-o", str(built), *objects, *LIBRARIES])
         os.replace(built, target)  # whole, whatever another process does at the same time
     return target
 
