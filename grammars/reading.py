@@ -364,11 +364,13 @@ class Reader:
                     self._tool_parser, position, item.name, arguments, call.name, call.arguments,
                 )  # fmt: skip
         held = list(self._held.values())
-        if cut and len(held) > len(read.calls):  # the call max_tokens cut, as the stream read it
-            name, arguments = held[-1]
-            arguments += self._unread(len(held) - 1, arguments)
+        # The calls the whole reading of a cut answer lacks, as the stream read them: whole
+        # where the stream read past their end, and the one max_tokens cut.
+        for position in range(len(read.calls), len(held) if cut else 0):
+            name, arguments = held[position]
+            arguments += self._unread(position, arguments)
             if arguments:  # cut inside its arguments (before them, it is no call)
-                self._whole_call(name, arguments, False)
+                self._whole_call(name, arguments, position < ended)
         if not cut and len(sent) > len(read.calls):
             log.warning(
                 "SGLang's %s parser reads %d calls in an answer, its stream %d",

@@ -61,29 +61,6 @@ KIMI_K2 = Family(
     eos="<|im_end|>",
     qk_norm=True,
 )  # fmt: skip
-LLAMA3 = Family(
-    "llama3",
-    "llama3/meta-llama--Llama-3.2-3B-Instruct.jinja",
-    "LlamaForCausalLM",
-    "llama",
-    (),
-    special=("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
-             "<|eom_id|>", "<|python_tag|>"),
-    bos="<|begin_of_text|>",
-    eos="<|eot_id|>",
-)  # fmt: skip
-DEEPSEEK_V31 = Family(
-    "deepseek_v31",
-    "deepseekv31/deepseek-ai--DeepSeek-V3.1.jinja",
-    "LlamaForCausalLM",
-    "llama",
-    ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
-     "<｜tool▁call▁end｜>", "<｜tool▁sep｜>", "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>",
-     "<think>", "</think>"),
-    special=("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"),
-    bos="<｜begin▁of▁sentence｜>",
-    eos="<｜end▁of▁sentence｜>",
-)  # fmt: skip
 MISTRAL = Family(
     "mistral",
     "mistral/mistralai--Mistral-Small-3.1-24B-Instruct-2503.jinja",
@@ -108,9 +85,7 @@ GPT_OSS = Family(
     eos="<|return|>",
     stops=("<|call|>",),
 )  # fmt: skip
-FAMILIES = {
-    family.name: family for family in (QWEN3_5, KIMI_K2, LLAMA3, DEEPSEEK_V31, MISTRAL, GPT_OSS)
-}
+FAMILIES = {family.name: family for family in (QWEN3_5, KIMI_K2, MISTRAL, GPT_OSS)}
 
 
 def make(folder: Path, family: Family, embedded: Path, seed: int = 0) -> Path:
