@@ -78,42 +78,9 @@ def constraint_for(
             root = {"type": "sequence", "elements": [prefix, root or ANY_TEXT]}
     constraint = None
     if root is not None:
-        root = _json_strings(root)
         tag = orjson.dumps({"type": "structural_tag", "format": root}).decode()
         constraint = Constraint("structural_tag", tag)
     return Grammar(constraint, calls.reading if calls is not None else None)
-
-
-# A JSON string's characters less the control characters JSON refuses unescaped.
-_STRING_CHARACTER = "[^\\x00-\\x1f]"
-
-
-def _json_strings(found: Any) -> Any:
-    """The tag with each JSON string bounded in length held to valid JSON. xgrammar (0.2.7)
-    writes a string with minLength or maxLength as any characters but quotes, backslashes and
-    line ends: a raw control character (a tab, \\x07) passes, and the arguments are no JSON.
-    Its pattern of the same bounds refuses them."""
-    if isinstance(found, list):
-        return [_json_strings(item) for item in found]
-    if not isinstance(found, dict):
-        return found
-    if found.get("type") == "json_schema" and found.get("style", "json") == "json":
-        return found | {"json_schema": _bounded_strings(found["json_schema"])}
-    return {key: _json_strings(value) for key, value in found.items()}
-
-
-def _bounded_strings(schema: Any) -> Any:
-    if isinstance(schema, list):
-        return [_bounded_strings(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    schema = {key: _bounded_strings(value) for key, value in schema.items()}
-    bounds = ("minLength" in schema, "maxLength" in schema)
-    others = ("pattern", "format", "enum", "const")
-    if schema.get("type") != "string" or not any(bounds) or any(k in schema for k in others):
-        return schema
-    low, high = schema.pop("minLength", 0), schema.pop("maxLength", "")
-    return schema | {"pattern": f"^{_STRING_CHARACTER}{{{low},{high}}}$"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,6 +92,33 @@ class Markup:
 
 
 @dataclass(slots=True)
+class _Strings:
+    """Where a call's JSON arguments stand, fragment after fragment: in a string or not. A raw
+    control character in a string goes out escaped, the same value in valid JSON: xgrammar
+    (0.2.7) lets one into a string of bounded length (minLength, maxLength)."""
+
+    inside: bool = False
+    escaped: bool = False
+
+    def escape(self, fragment: str) -> str:
+        out = []
+        for char in fragment:
+            if self.inside and not self.escaped and char < " ":
+                out.append(f"\\u{ord(char):04x}")
+                continue
+            out.append(char)
+            if not self.inside:
+                self.inside = char == '"'
+            elif self.escaped:
+                self.escaped = False
+            elif char == "\\":
+                self.escaped = True
+            elif char == '"':
+                self.inside = False
+        return "".join(out)
+
+
+@dataclass(slots=True)
 class _Call:
     index: int  # the answer's call number
     id: str
@@ -100,6 +127,7 @@ class _Call:
     arguments: str = ""
     announced: bool = False
     detected: int | None = None  # the detector's index of it
+    strings: _Strings = field(default_factory=_Strings)
 
 
 class _Events:
@@ -433,6 +461,8 @@ class Reader:
     def _arguments(self, call: _Call | None, fragment: str) -> None:
         if call is None or not fragment:
             return
+        if not call.free_form:
+            fragment = call.strings.escape(fragment)
         if not call.announced:
             call.announced = True
             self._events.call_event(ToolCallStart(call.index, call.id, call.name))

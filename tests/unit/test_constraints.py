@@ -122,23 +122,17 @@ def test_auto_tools_with_a_format_answer_json_or_calls() -> None:
     assert not takes(either, "Text.")
 
 
-def test_a_string_of_bounded_length_is_valid_json_and_bounded() -> None:
-    """xgrammar's own grammar of such a string lets raw control characters through (a random
-    Kimi model wrote \\x07 in a call's city): the node's keeps the arguments JSON."""
-    bounded = {"type": "object", "properties": {"city": {"type": "string", "minLength": 2,
-                                                          "maxLength": 8}}}  # fmt: skip
-    tools = (Tool("a", None, bounded),)
-    calls = constraint(request(tools=tools, tool_choice=ToolChoice(ToolChoiceKind.ANY)))
-    answers = constraint(request(response_format=ResponseFormat("json_schema", bounded)))
-    for found, answer in (
-        (calls, lambda city: call("a", {"city": city})),
-        (answers, lambda city: json.dumps({"city": city})),
-    ):
-        assert takes(found, answer("Paris"))
-        assert not takes(found, answer("Paris").replace("Paris", "Par\x07s"))
-        assert not takes(found, answer("Paris").replace("Paris", "Par\ts"))
-        assert not takes(found, answer("Parisienne"))
-        assert not takes(found, answer("P"))
+def test_a_string_of_bounded_length_takes_raw_control_characters() -> None:
+    """xgrammar's (0.2.7) grammar of a string with minLength or maxLength takes any character
+    but quotes, backslashes and line ends, a raw control character among them (a random Kimi
+    model wrote \\x07 in a city): the reader escapes it (test_reading). Fails once xgrammar
+    refuses it, and the reader's escape can go."""
+    bounded = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}}
+    calls = constraint(
+        request(tools=(Tool("a", None, bounded),), tool_choice=ToolChoice(ToolChoiceKind.ANY))
+    )
+    assert takes(calls, call("a", {"city": "Paris"}).replace("Paris", "Par\x07s"))
+    assert not takes(calls, call("a", {"city": "Parisienne"}))
 
 
 def test_generated_json_has_bounded_whitespace() -> None:

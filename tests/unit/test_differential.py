@@ -344,3 +344,20 @@ def test_an_array_cut_in_its_second_call_leaves_the_first_whole_and_no_text(inde
     assert not [event for event in events if isinstance(event, TextDelta)], events
     assert next(event for event in events if isinstance(event, ToolCallEnd)).complete
     assert reads_events(events)[0] == ("get_time", {"hours": 0})
+
+
+KIMI = [param for param in ENTRIES if param.id == "Kimi-K2-Thinking"]
+
+
+@pytest.mark.parametrize("index", KIMI)
+@pytest.mark.parametrize("split", ["whole", "characters"])
+def test_a_raw_control_character_in_a_string_goes_out_escaped(index: int, split: str) -> None:
+    """xgrammar lets a raw control character into a string of bounded length
+    (test_constraints), and Kimi's detector passes the arguments on as written: the node's
+    arguments are JSON of the same value."""
+    found = prepared(index)
+    tool = Tool("get_weather", None, {"type": "object", "properties": {"city": {"type": "string"}}})
+    _, reader, before = found.prepared((tool,), ToolChoice(ToolChoiceKind.ANY))
+    text = found.answer([("get_weather", {"city": "Par-is"})], (tool,)).replace("-", "\x07")
+    pieces = [before + text] if split == "whole" else list(before + text)
+    assert reads(reader, pieces) == [("get_weather", {"city": "Par\x07is"})]
