@@ -6,6 +6,7 @@ render it, so a handler only ever raises.
     ├── InvalidRequest                400 invalid_request
     │   ├── UnsupportedParameter      400 unsupported_parameter
     │   ├── ContextLengthExceeded     400 context_length_exceeded
+    │   ├── PreviousResponseNotFound  400 previous_response_not_found
     │   └── ConstraintRejected        400 invalid_request
     ├── Unauthorized                  401 unauthorized           (before the infer layer)
     ├── Forbidden                     403 forbidden              (before the infer layer)
@@ -68,6 +69,13 @@ class UnsupportedParameter(InvalidRequest):
 
 class ContextLengthExceeded(InvalidRequest):
     code = "context_length_exceeded"
+
+
+class PreviousResponseNotFound(InvalidRequest):
+    """A Responses request continues no kept response: OpenAI's code, on which proxies in front
+    of the API resend the whole conversation."""
+
+    code = "previous_response_not_found"
 
 
 class ConstraintRejected(InvalidRequest):

@@ -7,9 +7,11 @@ import asyncio
 import logging
 import signal
 import sqlite3
+from typing import Any
 
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config
+from hypercorn.logging import Logger
 
 from server import http2
 from server.app import create_app
@@ -22,6 +24,21 @@ log = logging.getLogger(__name__)
 # Requests in flight get this long to finish after SIGTERM before they are cut.
 GRACEFUL_TIMEOUT_S = 30.0
 ACCESS_LOG_FORMAT = '%(h)s "%(r)s" %(s)s %(b)s %(L)ss %({x-request-id}o)s'
+
+
+# Polled every few seconds by orchestrators and scrapers: their access lines are DEBUG.
+PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+class AccessLog(Logger):
+    """Hypercorn's logger (its `logger_class`), the probes' access lines at DEBUG."""
+
+    async def access(self, request: Any, response: Any, request_time: float) -> None:
+        if request.get("path") not in PROBES:
+            await super().access(request, response, request_time)
+        elif self.access_logger is not None and self.access_logger.isEnabledFor(logging.DEBUG):
+            atoms = self.atoms(request, response, request_time)
+            self.access_logger.debug(self.access_log_format, atoms)
 
 
 def hypercorn_config(settings: Settings) -> Config:
@@ -38,6 +55,7 @@ def hypercorn_config(settings: Settings) -> Config:
     config.keep_alive_timeout = settings.keep_alive_timeout
     config.h2_max_concurrent_streams = settings.h2_max_streams
     config.accesslog = logging.getLogger("b3os.access")
+    config.logger_class = AccessLog
     config.access_log_format = ACCESS_LOG_FORMAT
     config.errorlog = logging.getLogger("hypercorn.error")
     return config

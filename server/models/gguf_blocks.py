@@ -17,7 +17,9 @@ if TYPE_CHECKING:  # imported where used: the node's settings read FILE without 
     import numpy as np
     import torch
 
-FILE = "gguf_blocks.safetensors"
+# A safetensors file not named *.safetensors: SGLang's loader reads every such file of the folder
+# into the model, and warned of each of these tensors (a line each, 632 at every start).
+FILE = "gguf_blocks.st"
 BLOCK = 32  # values per block, along a row
 # GGUF's names of the weights kept in 8-bit blocks, and the checkpoint's.
 EIGHT_BIT = {"token_embd.weight": "model.embed_tokens.weight", "output.weight": "lm_head.weight"}

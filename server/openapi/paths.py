@@ -153,8 +153,8 @@ def path_items() -> dict[str, Any]:
         "/v1/infer/responses": _infer(
             "createResponse",
             "Create a response (OpenAI Responses API): kept unless store is false, and "
-            "previous_response_id continues a kept one (404 when it is not kept for the key's "
-            "organization)",
+            "previous_response_id continues a kept one (400 previous_response_not_found when it is "
+            "not kept for the key's organization)",
             RESPONSES_REQUEST,
             _generation(RESPONSE, RESPONSES_EVENT),
             INFER_ERRORS,

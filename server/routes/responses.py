@@ -14,7 +14,7 @@ from quart import Blueprint, Response, g, request
 
 from server.auth.guard import principal, requires
 from server.canonical import Answer
-from server.errors import InvalidRequest, RouteNotFound
+from server.errors import InvalidRequest, PreviousResponseNotFound, RouteNotFound
 from server.protocols.context import ResponseContext
 from server.protocols.responses import encode
 from server.protocols.responses.decode import ResponsesEcho, decode_responses
@@ -130,7 +130,7 @@ async def _context(body: Any) -> StoredResponse | None:
         return None  # absent or null; another type is the decoder's to refuse
     stored = await server_state().responses.get(previous, principal().org)
     if stored is None:
-        raise RouteNotFound(
+        raise PreviousResponseNotFound(
             f"Previous response with id '{previous}' not found.", param="previous_response_id"
         )
     return stored

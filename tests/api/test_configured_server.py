@@ -6,6 +6,7 @@ is still starting."""
 from __future__ import annotations
 
 import ssl
+import time
 
 import anthropic
 import httpx
@@ -99,11 +100,25 @@ def test_keep_renders_a_system_message_where_it_stands(
     assert whole_prompt(answer.json()["usage"]) != moved.json()["input_tokens"]
 
 
-def test_the_start_log_says_what_an_operator_needs(tls_server: ServerProcess) -> None:
-    """SGLang's list of model modules that do not import on this machine stays at debug level."""
+def test_the_start_log_says_what_an_operator_needs(
+    tls_server: ServerProcess, trust: ssl.SSLContext
+) -> None:
+    """SGLang's list of model modules that do not import on this machine stays at debug level,
+    its loader says nothing of the blocks the node loads itself, and the probes (a readiness
+    check every second) leave no access line where a request does."""
+    with httpx.Client(base_url=tls_server.origin, verify=trust, timeout=30) as client:
+        assert client.get("/readyz").status_code == 200
+        assert client.get("/metrics").status_code == 200
+        assert client.get("/v1/infer/models").status_code == 200
+    deadline = time.monotonic() + 10
     log = tls_server.log_text()
+    while '"GET /v1/infer/models' not in log and time.monotonic() < deadline:
+        time.sleep(0.05)  # the access line is written once the answer has gone
+        log = tls_server.log_text()
     assert "SGLang ready: context" in log
     assert "Ignore import error" not in log
+    assert "not found in params_dict" not in log
+    assert "/readyz" not in log and "GET /metrics" not in log
 
 
 def test_a_context_length_beyond_the_models_window_is_one_clear_line(

@@ -522,16 +522,24 @@ def test_kept_responses_belong_to_their_organization_and_survive_a_restart(node:
     small: dict[str, Any] = {"model": MODEL, "max_output_tokens": 4, "temperature": 0}
     first = acme.responses.create(input="My name is Ada.", **small)
     second = acme.responses.create(input="What is my name?", previous_response_id=first.id, **small)
-    for attempt in (
-        lambda: other.responses.retrieve(second.id),
-        lambda: other.responses.delete(second.id),
-        lambda: other.responses.input_items.list(second.id),
-        lambda: other.responses.create(input="Hi", previous_response_id=second.id, **small),
-        lambda: other.responses.input_tokens.count(
-            model=MODEL, input="Hi", previous_response_id=second.id
+    # A kept response of another organization is no response there: 404 for its routes, and
+    # OpenAI's 400 previous_response_not_found for a request that continues it.
+    for attempt, refusal in (
+        (lambda: other.responses.retrieve(second.id), openai.NotFoundError),
+        (lambda: other.responses.delete(second.id), openai.NotFoundError),
+        (lambda: other.responses.input_items.list(second.id), openai.NotFoundError),
+        (
+            lambda: other.responses.create(input="Hi", previous_response_id=second.id, **small),
+            openai.BadRequestError,
+        ),
+        (
+            lambda: other.responses.input_tokens.count(
+                model=MODEL, input="Hi", previous_response_id=second.id
+            ),
+            openai.BadRequestError,
         ),
     ):
-        with pytest.raises(openai.NotFoundError) as raised:
+        with pytest.raises(refusal) as raised:
             attempt()
         assert "My name is Ada" not in str(raised.value.body)  # never the body
     node.process.kill()

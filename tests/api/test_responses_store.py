@@ -104,11 +104,13 @@ def test_a_deleted_or_unstored_response_is_not_found(
     for gone in (kept.id, unstored.id):
         with pytest.raises(openai.NotFoundError):
             openai_client.responses.retrieve(gone)
-        answer = http.post(
-            ROUTE, json={"model": model, "input": "Hi", "previous_response_id": gone, **SMALL}
-        )
-        assert answer.status_code == 404
-        error = answer.json()["error"]
-        assert error["param"] == "previous_response_id" and gone in error["message"]
+        # As OpenAI answers it: 400 previous_response_not_found, naming the parameter.
+        with pytest.raises(openai.BadRequestError) as raised:
+            openai_client.responses.create(
+                model=model, input="Hi", previous_response_id=gone, **SMALL
+            )
+        refused = raised.value
+        assert refused.status_code == 400 and refused.code == "previous_response_not_found"
+        assert refused.param == "previous_response_id" and gone in refused.message
     assert http.delete(f"{ROUTE}/{kept.id}").status_code == 404
     assert http.get(f"{ROUTE}/{kept.id}/input_items").status_code == 404

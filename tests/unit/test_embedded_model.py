@@ -5,7 +5,10 @@ second conversion."""
 
 from __future__ import annotations
 
+import fnmatch
+import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -134,6 +137,18 @@ def test_a_folder_converted_before_the_gguf_blocks_were_kept_is_converted_again(
     (folder / gguf_blocks.FILE).unlink()
     assert_converted_again(tmp_path, monkeypatch, folder)
     assert (folder / gguf_blocks.FILE).is_file()
+
+
+def test_sglangs_loader_reads_the_model_and_leaves_the_blocks_to_the_node() -> None:
+    """The blocks are the node's to load: SGLang's loader, which reads the folder's files of its
+    patterns into the model, would warn of each of their tensors as a parameter it lacks."""
+    sglang = importlib.util.find_spec("sglang")
+    assert sglang is not None and sglang.origin is not None
+    loader = (Path(sglang.origin).parent / "srt" / "model_loader" / "loader.py").read_text()
+    lists = re.findall(r"allow_patterns = \[([^\]]*)\]", loader)
+    patterns = {pattern for found in lists for pattern in re.findall(r'"([^"]*)"', found)}
+    assert "*.safetensors" in patterns
+    assert not any(fnmatch.fnmatch(gguf_blocks.FILE, pattern) for pattern in patterns)
 
 
 def test_only_the_gguf_of_the_pinned_package_is_converted(
