@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -91,6 +92,9 @@ class Markup:
         return pieces
 
 
+_STRING_MARKS = re.compile(r'["\\\x00-\x1f]')
+
+
 @dataclass(slots=True)
 class _Strings:
     """Where a call's JSON arguments stand, fragment after fragment: in a string or not. A raw
@@ -101,6 +105,8 @@ class _Strings:
     escaped: bool = False
 
     def escape(self, fragment: str) -> str:
+        if not self.escaped and _STRING_MARKS.search(fragment) is None:
+            return fragment  # no quote, backslash or control character: the state holds
         out = []
         for char in fragment:
             if self.inside and not self.escaped and char < " ":

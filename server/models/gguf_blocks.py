@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # imported where used: the node's settings read FILE without 
     import torch
 
 # A safetensors file not named *.safetensors: SGLang's loader reads every such file of the folder
-# into the model, and warned of each of these tensors (a line each, 632 at every start).
+# into the model, and would warn of each of these tensors as a parameter it lacks.
 FILE = "gguf_blocks.st"
 BLOCK = 32  # values per block, along a row
 # GGUF's names of the weights kept in 8-bit blocks, and the checkpoint's.
