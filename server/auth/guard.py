@@ -21,7 +21,7 @@ def requires(scope: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Aw
         @functools.wraps(view)
         async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
             headers = request.headers
-            g.principal = server_state().auth.authenticate(
+            g.principal = await server_state().auth.authenticate(
                 headers.get("authorization", ""), headers.get("x-api-key", ""), scope
             )
             return await view(*args, **kwargs)

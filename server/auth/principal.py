@@ -4,6 +4,7 @@ With no key store the node runs open: every request acts for the organization `o
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,9 +36,9 @@ class Authenticator:
     def is_open(self) -> bool:
         return self._store is None
 
-    def authenticate(self, authorization: str, api_key: str, scope: str) -> Principal:
+    async def authenticate(self, authorization: str, api_key: str, scope: str) -> Principal:
         """The principal of a request (its `Authorization` and `x-api-key` headers) that may use
-        `scope`; 401 or 403 otherwise."""
+        `scope`; 401 or 403 otherwise. The key is read in a worker thread, off the event loop."""
         if self._store is None:
             return OPEN
         text = _credential(authorization, api_key)
@@ -47,7 +48,7 @@ class Authenticator:
             parsed = parse(text)
         except KeyFormatError as error:
             raise _unauthorized(str(error)) from None
-        key = self._store.key_by_hash(parsed.hash)
+        key = await asyncio.to_thread(self._store.key_by_hash, parsed.hash)
         if key is None:
             raise _unauthorized("API key is not known to this node")
         if key.revoked_at is not None:

@@ -5,6 +5,7 @@ is still starting."""
 
 from __future__ import annotations
 
+import re
 import ssl
 import time
 
@@ -103,7 +104,8 @@ def test_keep_renders_a_system_message_where_it_stands(
 def test_the_start_log_says_what_an_operator_needs(
     tls_server: ServerProcess, trust: ssl.SSLContext
 ) -> None:
-    """SGLang's list of model modules that do not import on this machine stays at debug level,
+    """SGLang's notices that ask nothing of the operator (its list of model modules that do not
+    import on this machine, AMX and CUDA absent, ...) and its plugins' load stay at debug level,
     its loader says nothing of the blocks the node loads itself, and the probes (a readiness
     check every second) leave no access line where a request does."""
     with httpx.Client(base_url=tls_server.origin, verify=trust, timeout=30) as client:
@@ -117,6 +119,8 @@ def test_the_start_log_says_what_an_operator_needs(
         log = tls_server.log_text()
     assert "SGLang ready: context" in log
     assert "Ignore import error" not in log
+    assert re.findall(r"^\[\d{4}-\d\d-\d\d [\d:]+\] .*", log, re.MULTILINE) == []  # SGLang's
+    assert "sglang.srt.plugins" not in log
     assert "not found in params_dict" not in log
     assert "/readyz" not in log and "GET /metrics" not in log
 

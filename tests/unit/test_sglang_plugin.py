@@ -68,8 +68,15 @@ gone = plugin.Hook("sglang.srt.layers.sampler.no_such_function", lambda: None, "
 HookRegistry.register(gone.target, gone.hook, HookType.REPLACE)
 HookRegistry.apply_hooks()  # SGLang logs the failure and goes on
 planned = plugin.hooks
+checked = next(h.hook for h in planned(True) if h.target == plugin.SCHEDULER_INIT)
+whole = checked(None)  # SGLang's scheduler, before it is built, with every replacement applied
 plugin.hooks = lambda cpu: [*planned(cpu), gone]
 half = plugin.unapplied(True)
+try:
+    checked(None)
+    refused = None
+except Exception as error:
+    refused = f"{type(error).__name__}: {error}"
 plugin.hooks = planned
 from sglang.srt.layers.attention import attention_registry
 from server.engines.sglang.cpu import attention
@@ -79,6 +86,7 @@ attention_registry.register_attention_backend("torch_native")(lambda runner: Non
 overridden = plugin.unapplied(True)
 attention_registry.register_attention_backend("torch_native")(registered)
 print(json.dumps({"unapplied": applied, "targets": targets, "half": half,
+                  "scheduler": [whole, refused],
                   "backend": backend, "overridden": overridden,
                   "penalized": logits.tolist(), "drawn": drawn.shape[0],
                   "compiled": sum(counters["frames"].values()),
@@ -114,6 +122,17 @@ def test_every_replacement_resolves_and_applies(seen: dict[str, Any]) -> None:
     assert seen["unapplied"] == [], seen["unapplied"]
     assert len(seen["targets"]) == len(set(seen["targets"])) >= 14
     assert seen["half"] == ["sglang.srt.layers.sampler.no_such_function"]
+
+
+def test_sglangs_scheduler_is_not_built_where_a_replacement_did_not_apply_in_its_process(
+    seen: dict[str, Any],
+) -> None:
+    """The check hooked before SGLang's Scheduler is built: it passes with every replacement
+    applied, and with one missing it raises (the scheduler then fails, and the start with it)."""
+    whole, refused = seen["scheduler"]
+    assert whole is None
+    assert refused is not None and refused.startswith("ModelSetupError: SGLang's scheduler")
+    assert "sglang.srt.layers.sampler.no_such_function" in refused
 
 
 def test_the_attention_backend_is_registered_in_sglangs_attention_registry(

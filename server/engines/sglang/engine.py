@@ -31,6 +31,7 @@ from server.engines.sglang.supervisor import (
     children,
     forget_runtime_metrics,
     no_signal_handlers,
+    quits_ignored,
 )
 from server.errors import BackendUnavailable, ContextLengthExceeded, InvalidRequest
 from server.models.embedded import ModelSetupError
@@ -93,18 +94,13 @@ class SGLangEngine:
 
     async def _launch(self) -> None:
         args = server_args(self._settings, self._source)
-        if args["device"] == "cpu":
-            cpu_compat.prepare_cpu_runtime()
-            cpu_compat.compile_kernels(self._settings.cache_dir)
-        os.environ.update(runtime_env(self._settings))  # the scheduler inherits it
-        pins.check_versions(args["device"])
+        if not log.isEnabledFor(logging.DEBUG):  # its plugins' load and 400 arguments, at info
+            logging.getLogger("sglang").setLevel(logging.WARNING)
+        # The kernels' compile, SGLang's import and its plugins' load take seconds: in a worker
+        # thread, so this loop keeps answering health checks meanwhile.
+        await asyncio.to_thread(self._prepare, args)
         import sglang
-        from sglang.srt.plugins import load_plugins
 
-        load_plugins()  # as Engine() would: its hooks applied here first, and checked
-        pins.check_hooks()
-
-        _check_context_length(self._settings.context_length, args["model_path"])
         log.info(
             "starting SGLang %s on %s with %s",
             sglang.__version__,
@@ -116,11 +112,9 @@ class SGLangEngine:
         # from the main thread, so none are installed here.
         root_handlers = logging.getLogger().handlers[:]
         root_level = logging.getLogger().level
-        sglang_logger = logging.getLogger("sglang")
-        if not log.isEnabledFor(logging.DEBUG):
-            sglang_logger.setLevel(logging.WARNING)  # it logs its 400 server arguments at info
         before = children()
-        engine = await asyncio.to_thread(sglang.Engine, **args)
+        with quits_ignored(asyncio.get_running_loop()):
+            engine = await asyncio.to_thread(sglang.Engine, **args)
         spawned = children() - before
         # SGLang's logger setup replaces the root handlers (basicConfig(force=True)): restore ours.
         logging.getLogger().handlers[:] = root_handlers
@@ -141,6 +135,20 @@ class SGLangEngine:
             self._limits.context_length,
             self._limits.max_prompt_tokens,
         )
+
+    def _prepare(self, args: Mapping[str, Any]) -> None:
+        """What Engine() needs in this process first: on a CPU, the runtime's stand-ins and the
+        compiled kernels; SGLang's versions checked, its plugins' hooks applied and checked."""
+        if args["device"] == "cpu":
+            cpu_compat.prepare_cpu_runtime()
+            cpu_compat.compile_kernels(self._settings.cache_dir)
+        os.environ.update(runtime_env(self._settings))  # the scheduler inherits it
+        pins.check_versions(args["device"])
+        from sglang.srt.plugins import load_plugins
+
+        load_plugins()  # as Engine() would: its hooks applied here first, and checked
+        pins.check_hooks()
+        _check_context_length(self._settings.context_length, args["model_path"])
 
     async def close(self) -> None:
         if self._restarting is not None:

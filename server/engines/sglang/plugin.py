@@ -8,9 +8,10 @@ cache stays on), SGLang's batch-invariant kernels, Triton and GPU-only, are not 
 seeded sampler and repetition penalty run eagerly, and a hybrid model's prefix cache takes the
 strategy a CPU has (`no_buffer`). On a CPU without AMX it also installs the faster
 plain-torch model path of `cpu/` (its attention backend through SGLang's attention registry, the
-rest through its hook registry). In every process it keeps SGLang's list of model modules that do
-not import on this machine (a dozen lines at each start, none about the model served) at debug
-level. In the processes SGLang spawns it leaves SIGINT to the process that started them.
+rest through its hook registry). In every process it keeps SGLang's notices that ask nothing of
+the operator at debug level (`notices.py`). In the processes SGLang spawns it leaves SIGINT to
+the process that started them, and SGLang's scheduler refuses to start where a replacement did
+not apply in its process.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from server.engines.sglang import notices
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +42,7 @@ EAGER_ON_CPU = (
     "sglang.srt.sampling.penaltylib.repetition_penalty.apply_scaling_penalties",
 )
 EXTRA_BUFFER_SUPPORT = "sglang.srt.arg_groups.overrides.supports_mamba_cache_extra_buffer"
-MODEL_REGISTRY_LOGGER = "sglang.srt.models.registry"
+SCHEDULER_INIT = "sglang.srt.managers.scheduler.Scheduler.__init__"
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class Hook:
 
 
 def register() -> None:
-    logging.getLogger(MODEL_REGISTRY_LOGGER).addFilter(_import_errors_at_debug)
+    notices.install()
     if multiprocessing.parent_process() is not None:
         # A terminal's Ctrl-C reaches the whole process group: SGLang's scheduler and
         # detokenizer would each die of it with a KeyboardInterrupt traceback. The process that
@@ -76,7 +79,11 @@ def on_cpu() -> bool:
 def hooks(cpu: bool) -> list[Hook]:
     """Every replacement this plugin makes in SGLang: everywhere, and on a CPU (`cpu`) those of
     the CPU path. Resolving a target that is not there raises."""
-    planned = [_seeded_min_p(), _tokenizer_loaded_once()]
+    planned = [
+        _seeded_min_p(),
+        _tokenizer_loaded_once(),
+        Hook(SCHEDULER_INIT, _replacements_checked, "BEFORE"),
+    ]
     if not cpu:
         return planned
     planned += _deterministic_inference_on_cpu()
@@ -128,13 +135,18 @@ def unapplied(cpu: bool) -> list[str]:
     ]
 
 
-def _import_errors_at_debug(record: logging.LogRecord) -> bool:
-    """SGLang's "Ignore import error when loading sglang.srt.models.X" warnings, demoted to
-    debug: shown only when SGLang logs at info, which `--log-level debug` sets (engine args)."""
-    if not record.getMessage().startswith("Ignore import error when loading"):
-        return True
-    record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-    return logging.getLogger().getEffectiveLevel() <= logging.INFO
+def _replacements_checked(*args: Any, **kwargs: Any) -> None:
+    """Before SGLang's scheduler, where the model runs, is built: every replacement applied in
+    its process too, or it fails, and with it the start (the main process checks its own)."""
+    del args, kwargs
+    missing = unapplied(on_cpu())
+    if missing:
+        from server.models.embedded import ModelSetupError
+
+        raise ModelSetupError(
+            f"SGLang's scheduler process did not take this node's replacements of "
+            f"{', '.join(missing)} (see the log above for why); the node serves none half-patched"
+        )
 
 
 def _seeded_min_p() -> Hook:

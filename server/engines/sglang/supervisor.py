@@ -39,6 +39,18 @@ def no_signal_handlers(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
         del loop.add_signal_handler
 
 
+@contextlib.contextmanager
+def quits_ignored(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """While a runtime starts: a scheduler that fails to start SIGQUITs this process, whose
+    default action is to dump core; Engine() raises on that scheduler's death anyway."""
+    with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):  # main thread
+        loop.add_signal_handler(signal.SIGQUIT, lambda: None)
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGQUIT)
+
+
 def forget_runtime_metrics(multiproc_dir_was_set: bool) -> None:
     """What a dead runtime's metrics leave behind, dropped so that a new runtime can set up its
     own: its collectors in prometheus_client's global registry (this server's metrics have a
