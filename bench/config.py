@@ -1,5 +1,5 @@
-"""How big a run is. `--quick` runs every scenario with fewer samples and lower concurrency
-(3.5 minutes on a 2-core CPU, the server's start included); the full run about 15."""
+"""How big a run is. `--quick` runs every scenario with fewer samples and lower concurrency; the
+full run is the one the docs' record is made of (`--record`)."""
 
 from __future__ import annotations
 

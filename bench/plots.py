@@ -1,4 +1,5 @@
-"""results.png: one panel per scenario that ran, from the same rows as the tables."""
+"""results.png: one panel per scenario that ran, from the same rows as the tables, under the run's
+header (its date, commit and machine)."""
 
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ def _sessions(axes: Any, rows: list[Row]) -> None:
     axes.legend(fontsize=6)
 
 
-def plot(rows: list[Row], path: Path) -> Path | None:
+def plot(rows: list[Row], path: Path, title: str = "") -> Path | None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -115,6 +116,8 @@ def plot(rows: list[Row], path: Path) -> Path | None:
     figure, grid = plt.subplots(len(present), 1, figsize=(9, 3.2 * len(present)), squeeze=False)
     for axes, (name, draw) in zip(grid[:, 0], present, strict=True):
         draw(axes, by_scenario[name])
+    if title:
+        figure.suptitle(title, fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

@@ -1,4 +1,5 @@
-"""Rows of results -> results.md (a table per scenario) and results.json in the run's folder."""
+"""Rows of results -> results.md (the run's header, then a table per scenario) and results.json in
+the run's folder. The header says when, at which commit and on which machine the run measured."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from bench.machine import Machine
 
 
 @dataclass
@@ -40,10 +43,40 @@ def markdown(rows: list[Row], notes: dict[str, str] | None = None) -> str:
     return "\n".join(out)
 
 
+def header(meta: dict[str, Any]) -> str:
+    """The date, the commit, the machine and its measured rates, the servers, the run's size."""
+    machine = Machine(**meta["machine"])
+    commit = meta["commit"][:12] + (", with uncommitted changes" if meta["dirty"] else "")
+    if meta["local"]:
+        server = f"{meta['model']}, started by this run on this machine"
+    else:  # measured through its URL: its own machine is not the one described here
+        server = f"{meta['model']} at {meta['target']}, not on this machine"
+    lines = [
+        f"# `{meta['command']}`",
+        "",
+        f"- date: {meta['date']}",
+        f"- commit: {commit}",
+        f"- machine: {machine.describe()}",
+        f"- measured in this run: {machine.rates()}",
+        f"- server: {server}",
+    ]
+    if meta["compared"]:
+        lines.append(f"- compared with: {meta['compared']}")
+    size = "quick (every scenario reduced)" if meta["quick"] else "full"
+    lines += [f"- run: {size}, {meta['seconds']:.0f} s", ""]
+    return "\n".join(lines) + "\n"
+
+
+def title(meta: dict[str, Any]) -> str:
+    """The header in two lines, for the plots."""
+    machine = Machine(**meta["machine"])
+    return f"{meta['date']}, commit {meta['commit'][:12]}\n{machine.describe()}; {machine.rates()}"
+
+
 def write(rows: list[Row], folder: Path, meta: dict[str, Any], notes: dict[str, str]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     document = {"meta": meta, "notes": notes, "rows": [asdict(row) for row in rows]}
     (folder / "results.json").write_text(json.dumps(document, indent=2))
     table = folder / "results.md"
-    table.write_text(markdown(rows, notes))
+    table.write_text(header(meta) + "\n" + markdown(rows, notes))
     return table

@@ -83,7 +83,7 @@ def _llamacpp(lengths: tuple[int, ...]) -> dict[str, Any] | None:
 
 def run(run: Run) -> list[Row]:
     lengths = QUICK_LENGTHS if run.config.quick else LENGTHS
-    measured = machine.measure()
+    measured = run.machine or machine.measure()
     rows = [
         Row(
             NAME,
