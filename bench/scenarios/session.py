@@ -1,6 +1,6 @@
 """Agent sessions: the recorded sessions of Claude Code, Codex and opencode (bench/sessions, three
 turns each, every request as the CLI sent it) replayed in order, streamed, on this server (a node
-with the README's agents' flags: `--compat claude-code,codex`) and, with --compare-sglang, on
+with the docs' agents' flags: `--compat claude-code,codex`) and, with --compare-sglang, on
 SGLang's own server on the same engine: per request, the prompt, the share of it read from the
 prefix cache, the time to first token and the request's time. Then each CLI live, three turns of
 a new session against the node, read from its request log (where tests/node has the CLIs).
@@ -33,7 +33,7 @@ NOTE = (
     "live: the CLI run for three turns, from the node's request log."
 )
 ANSWER_TOKENS = {False: 32, True: 8}  # by --quick
-# The README's agents' node (its `### Coding agents` command).
+# The docs' agents' node (docs/agents.md, its `# Coding agents` command).
 AGENT_FLAGS = ("--compat", "claude-code,codex", "--max-output-tokens", "256")
 
 

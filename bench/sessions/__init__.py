@@ -3,7 +3,7 @@ a node, each request they send kept by the tests' recording proxy (tests/capture
 recorded sessions kept here as fixtures (`<agent>.json.gz`) for `python -m bench session` to
 replay as sent.
 
-    python -m bench.sessions record [AGENT ...]  # starts the README's agents' node, records
+    python -m bench.sessions record [AGENT ...]  # starts the docs' agents' node, records
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""The README's table of model formats, made from the family files and the published templates:
-per family, the SGLang tool-call parser that reads its calls, the reasoning parser that reads its
-reasoning (as the family names it, or as SGLang's detection names it for each published
+"""The table of model formats in docs/families.md, made from the family files and the published
+templates: per family, the SGLang tool-call parser that reads its calls, the reasoning parser that
+reads its reasoning (as the family names it, or as SGLang's detection names it for each published
 template), what constrains its calls, and the templates it is tested with.
-`python -m tests.families.table` prints it; tests/unit/test_formats.py holds the README to it."""
+`python -m tests.families.table` prints it; tests/unit/test_formats.py holds the docs to it."""
 
 from __future__ import annotations
 

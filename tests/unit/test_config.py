@@ -77,13 +77,13 @@ def test_unknown_choices_are_refused_at_start(argv: list[str]) -> None:
         settings(argv)
 
 
-def test_readme_documents_every_flag() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_the_configuration_doc_documents_every_flag() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     parser = build_parser()
     serve = parser._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
     flags = [a.option_strings[0] for a in serve._actions if a.option_strings[0] != "-h"]
     assert flags
-    assert [f for f in flags if f"`{f}`" not in readme] == []
+    assert [f for f in flags if f"`{f}`" not in doc] == []
 
 
 def test_the_remote_engine_needs_its_url() -> None:

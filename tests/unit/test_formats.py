@@ -161,6 +161,8 @@ def test_an_enum_value_is_read_without_the_whitespace_the_grammar_lets_stand_aro
     ]
 
 
-def test_the_readmes_table_of_formats_is_the_one_the_families_make() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert table() in readme, "README.md's table of formats: paste `python -m tests.families.table`"
+def test_the_docs_table_of_formats_is_the_one_the_families_make() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "families.md").read_text()
+    assert table() in doc, (
+        "docs/families.md's table of formats: paste `python -m tests.families.table`"
+    )
