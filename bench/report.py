@@ -49,8 +49,9 @@ def header(meta: dict[str, Any]) -> str:
     commit = meta["commit"][:12] + (", with uncommitted changes" if meta["dirty"] else "")
     if meta["local"]:
         server = f"{meta['model']}, started by this run on this machine"
-    else:  # measured through its URL: its own machine is not the one described here
-        server = f"{meta['model']} at {meta['target']}, not on this machine"
+    else:  # measured through its URL: its own machine may not be the one described here
+        server = f"{meta['model']} at {meta['target']}, not started by this run (the machine "
+        server += "above is the one the bench ran on)"
     lines = [
         f"# `{meta['command']}`",
         "",
@@ -78,5 +79,5 @@ def write(rows: list[Row], folder: Path, meta: dict[str, Any], notes: dict[str, 
     document = {"meta": meta, "notes": notes, "rows": [asdict(row) for row in rows]}
     (folder / "results.json").write_text(json.dumps(document, indent=2))
     table = folder / "results.md"
-    table.write_text(header(meta) + "\n" + markdown(rows, notes))
+    table.write_text(header(meta) + markdown(rows, notes))
     return table
