@@ -36,8 +36,8 @@ from server.node.metrics import Metrics
 from server.protocols.anthropic.options import DecodeOptions
 from server.protocols.responses.tools import ResponsesOptions
 from server.requestlog import RequestLog
-from server.store.base import Store
-from server.store.responses import Bounds, MemoryResponses, ResponseStore, SqliteResponses
+from server.store.base import Bounds, Store
+from server.store.responses import MemoryResponses, ResponseStore, StoreResponses
 from server.store.sqlite import SqliteStore
 from server.store.writer import StoreWriter
 from server.tokenizer import Tokenizer, load_tokenizer
@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 EXTENSION = "b3os"
 STARTING_RETRY_AFTER = 5
+STORE_RETRY_AFTER = 10
 
 
 @dataclass(slots=True)
@@ -66,7 +67,8 @@ class ServerState:
     on_start_failed: Callable[[int], None] = lambda code: None
     # Running as a node: keys, limits, metering, metrics (built from the settings).
     store: Store | None = field(init=False, default=None)
-    writer: StoreWriter | None = field(init=False, default=None)  # metering and the request log
+    # The store's one writer: metering, the request log, kept responses.
+    writer: StoreWriter | None = field(init=False, default=None)
     responses: ResponseStore = field(init=False)  # the Responses API's kept responses
     auth: Authenticator = field(init=False)
     admission: Admission = field(init=False)
@@ -77,13 +79,12 @@ class ServerState:
     def __post_init__(self) -> None:
         """Raises `LimitsFileError` for a bad limits file, `sqlite3.Error` for a bad store."""
         self.admission = Admission(load_limits(self.settings.limits))
-        if self.settings.db is not None:
-            self.store = SqliteStore(self.settings.db)
-            self.writer = StoreWriter(self.store)
-            self.requests = RequestLog(writer=self.writer)
         bounds = Bounds.of(self.settings.response_store_mb, self.settings.response_store_days)
         if self.settings.db is not None:
-            self.responses = SqliteResponses(self.settings.db, bounds)
+            self.store = SqliteStore(self.settings.db, bounds)
+            self.writer = StoreWriter(self.store)
+            self.requests = RequestLog(writer=self.writer)
+            self.responses = StoreResponses(self.writer, bounds)
         else:
             self.responses = MemoryResponses(bounds)
         self.auth = Authenticator(self.store)
@@ -207,7 +208,6 @@ class ServerState:
             await self.writer.close()
         if self.store is not None:
             self.store.close()
-        await self.responses.close()
 
     @property
     def responses_options(self) -> ResponsesOptions:
@@ -216,6 +216,16 @@ class ServerState:
     @property
     def is_ready(self) -> bool:
         return self.generation is not None
+
+    def check_store_room(self) -> None:
+        """503 while the store's writer is full (the store takes no writes): a request is
+        admitted only where its metering record and log entry can wait to be written."""
+        if self.writer is not None and self.writer.is_full:
+            raise BackendUnavailable(
+                f"{self.settings.node_name} cannot record requests now (its store takes no "
+                f"writes); retry in {STORE_RETRY_AFTER} seconds",
+                retry_after=STORE_RETRY_AFTER,
+            )
 
     def ready(self) -> Generation:
         """The generation service, or 503 while the runtime starts."""

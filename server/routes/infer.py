@@ -175,9 +175,10 @@ async def _with_images(prepared: Prepared, who: Principal, timing: Timing) -> Pr
 
 def _admit(who: Principal, prepared: Prepared) -> Ticket:
     """Charges the organization's limits with the prompt and the answer's token budget as
-    clamped to the window (512 at most when a chat request sets none), after the key's spend
-    cap."""
+    clamped to the window (512 at most when a chat request sets none), after the store's room
+    and the key's spend cap."""
     state = server_state()
+    state.check_store_room()
     if who.key_id is not None and who.spend_cap_tokens is not None:
         spent = state.meter.spent(who.key_id)
         if spent >= who.spend_cap_tokens:

@@ -21,7 +21,8 @@ from server.protocols.responses.decode import ResponsesEcho, decode_responses
 from server.protocols.responses.items import as_items, with_ids
 from server.routes.infer import answer, json_response, read_json, served
 from server.state import server_state
-from server.store.responses import ResponseStore, StoredResponse
+from server.store.base import StoredResponse
+from server.store.responses import ResponseStore
 
 blueprint = Blueprint("responses", __name__)
 MAX_LISTED = 100

@@ -1,5 +1,6 @@
 """The embedded store: SQLite in WAL mode (readers never wait for the writer, and a committed
-record survives the process being killed), one connection per thread."""
+record survives the process being killed), one connection per thread. Kept responses are bounded
+by size and age, the oldest dropped as each batch of them is written."""
 
 from __future__ import annotations
 
@@ -7,13 +8,22 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
 
-from server.store.base import KeyRecord, RequestEntry, UsageRecord, UsageTotal
+from server.store.base import (
+    Bounds,
+    KeyRecord,
+    RequestEntry,
+    StoredResponse,
+    UsageRecord,
+    UsageTotal,
+)
+
+UNBOUNDED = Bounds(max_bytes=2**62, max_age_s=float("inf"))  # the commands: they keep none
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS api_keys (
@@ -49,14 +59,26 @@ CREATE TABLE IF NOT EXISTS requests (
     created REAL NOT NULL,
     entry TEXT NOT NULL  -- the wire object, JSON
 );
+CREATE TABLE IF NOT EXISTS responses (
+    response_id TEXT PRIMARY KEY,
+    org TEXT NOT NULL,
+    created REAL NOT NULL,
+    size INTEGER NOT NULL,
+    body BLOB NOT NULL  -- JSON: input_items and response
+);
+CREATE INDEX IF NOT EXISTS responses_by_age ON responses (created);
 """
 
 
 class SqliteStore:
     """Implements `server.store.base.Store`."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(
+        self, path: Path, bounds: Bounds = UNBOUNDED, clock: Callable[[], float] = time.time
+    ) -> None:
         self.path = path
+        self._bounds = bounds  # of kept responses
+        self._clock = clock
         path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
@@ -130,8 +152,14 @@ class SqliteStore:
             )
         return cursor.rowcount == 1
 
-    def write(self, usage: Sequence[UsageRecord], requests: Sequence[RequestEntry]) -> None:
-        if not usage and not requests:
+    def write(
+        self,
+        usage: Sequence[UsageRecord],
+        requests: Sequence[RequestEntry],
+        responses: Sequence[StoredResponse] = (),
+        deleted: Sequence[str] = (),
+    ) -> None:
+        if not (usage or requests or responses or deleted):
             return
         with self._transaction() as db:
             db.executemany(
@@ -160,6 +188,29 @@ class SqliteStore:
                     for e in requests
                 ],
             )
+            if responses or deleted:
+                self._write_responses(db, responses, deleted)
+
+    def _write_responses(
+        self, db: sqlite3.Connection, responses: Sequence[StoredResponse], deleted: Sequence[str]
+    ) -> None:
+        rows = []
+        for stored in responses:
+            body = stored.encode()
+            rows.append((stored.response_id, stored.org, stored.created, len(body), body))
+        db.executemany("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?)", rows)
+        db.executemany("DELETE FROM responses WHERE response_id = ?", [(id_,) for id_ in deleted])
+        db.execute("DELETE FROM responses WHERE created < ?", (self._bounds.oldest(self._clock()),))
+        (total,) = db.execute("SELECT COALESCE(SUM(size), 0) FROM responses").fetchone()
+        if total <= self._bounds.max_bytes:
+            return
+        # The oldest go until the rest fit.
+        db.execute(
+            "DELETE FROM responses WHERE response_id IN (SELECT response_id FROM ("
+            " SELECT response_id, SUM(size) OVER (ORDER BY created DESC, response_id DESC) AS kept"
+            " FROM responses) WHERE kept > ?)",
+            (self._bounds.max_bytes,),
+        )
 
     def usage(self, org: str | None = None) -> list[UsageRecord]:
         return [UsageRecord(**dict(row)) for row in self._rows("usage", org)]
@@ -175,6 +226,23 @@ class SqliteStore:
         wire = orjson.loads(row["entry"])
         wire["status"] = row["status"]
         return RequestEntry(row["request_id"], row["org"], row["status"], row["created"], wire)
+
+    def response(self, response_id: str, org: str) -> StoredResponse | None:
+        row = (
+            self._connection()
+            .execute(
+                "SELECT created, body FROM responses WHERE response_id = ? AND org = ? "
+                "AND created >= ?",
+                (response_id, org, self._bounds.oldest(self._clock())),
+            )
+            .fetchone()
+        )
+        if row is None:
+            return None
+        data = orjson.loads(row["body"])
+        return StoredResponse(
+            response_id, org, row["created"], data["input_items"], data["response"]
+        )
 
     def prune_requests(self, keep: int) -> int:
         with self._transaction() as db:

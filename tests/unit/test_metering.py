@@ -5,8 +5,9 @@ and a store that fails."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from server.node.metering import RESERVE_TOKENS, Meter
 from server.store.base import RequestEntry, UsageRecord
@@ -23,10 +24,10 @@ class FlakyStore(SqliteStore):
         super().__init__(path)
         self.is_broken = False
 
-    def write(self, usage: Sequence[UsageRecord], requests: Sequence[RequestEntry]) -> None:
+    def write(self, *args: Any) -> None:
         if self.is_broken:
             raise OSError("disk I/O error")
-        super().write(usage, requests)
+        super().write(*args)
 
 
 def run(store: SqliteStore, body: Callable[[Meter, StoreWriter], Awaitable[None]]) -> None:
