@@ -44,6 +44,7 @@ SCENARIOS = (
     "prefill",
     "decode",
     "session",
+    "startup",
 )
 REPOSITORY = Path(__file__).resolve().parent.parent
 RECORD = REPOSITORY / "docs" / "bench"  # what the documentation's figures come from
