@@ -50,7 +50,7 @@ def hypercorn_config(settings: Settings) -> Config:
         config.alpn_protocols = ["h2", "http/1.1"]
     config.include_server_header = False
     config.graceful_timeout = GRACEFUL_TIMEOUT_S
-    # Bounds on slow and idle clients (README, "Slow and idle clients"). No read timeout: a
+    # Bounds on slow and idle clients (docs/node.md, "Slow and idle clients"). No read timeout: a
     # client waiting for a long JSON answer sends nothing, and must not be cut for it.
     config.keep_alive_timeout = settings.keep_alive_timeout
     config.h2_max_concurrent_streams = settings.h2_max_streams

@@ -1,4 +1,4 @@
-"""The coding agents' CLIs (npm, tests/node) run headless with the README's configuration
+"""The coding agents' CLIs (npm, tests/node) run headless with docs/agents.md's configuration
 (tests/api/readme.py), each in a home of its own: one turn, or the next turn of the session
 last run in that home. The tests and `python -m bench session` run them."""
 
@@ -16,7 +16,7 @@ TIMEOUT_S = 900
 
 
 def claude(version: str, base_url: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Claude Code headless, with the README's environment, in a home of its own (`-c` goes on
+    """Claude Code headless, with docs/agents.md's environment, in a home of its own (`-c` goes on
     with the last session)."""
     binary = repo_root() / f"tests/node/node_modules/claude-code-{version}/bin/claude.exe"
     env = {
@@ -33,7 +33,7 @@ def claude(version: str, base_url: str, cwd: Path, *args: str) -> subprocess.Com
 def codex(
     base_url: str, home: Path, cwd: Path, ask: str, stdin: str = "", *, resume: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    """`codex exec` with the README's config.toml, pointed at base_url (`resume`: the next turn
+    """`codex exec` with docs/agents.md's config.toml, pointed at base_url (`resume`: the next turn
     of the last session); `stdin` is appended to the ask, as Codex does with piped input."""
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.toml").write_text(readme.codex_config(base_url))
@@ -52,7 +52,7 @@ def opencode(
     base_url: str, home: Path, cwd: Path, ask: str, *, resume: bool = False
 ) -> subprocess.CompletedProcess[str]:
     # (opencode installs its provider package from npm into `home` on its first run)
-    """`opencode run` with the README's opencode.json, pointed at base_url (`resume`: the next
+    """`opencode run` with docs/agents.md's opencode.json, pointed at base_url (`resume`: the next
     turn of the last session)."""
     cwd.mkdir(parents=True, exist_ok=True)
     binary = repo_root() / "tests/node/node_modules/opencode-linux-x64/bin/opencode"

@@ -1,4 +1,4 @@
-"""sglang-router in front of two SGLang workers on the embedded model, run as the README's
+"""sglang-router in front of two SGLang workers on the embedded model, run as docs/deploy.md's
 scale-out section runs them: real processes on loopback ports, started together once per test
 session (about a minute), each worker with a small KV cache and a 4,096-token window (the model's
 own is 32,768, so a front that guessed from the model would be caught)."""
@@ -18,7 +18,7 @@ WORKER_ARGS = ("--context-length", str(WORKER_CONTEXT), "--max-total-tokens", "8
 # One compute thread each: two workers of two threads on two cores spin against each other
 # (OpenMP's busy waits), several times slower than one thread each.
 WORKER_ENV = {"OMP_NUM_THREADS": "1"}
-# The README's router flags (see its scale-out section for why each).
+# docs/deploy.md's router flags (see "Across machines" there for why each).
 ROUTER_FLAGS = (
     "--policy", "cache_aware",
     "--health-check-interval-secs", "5",

@@ -3,7 +3,7 @@ server does not use (TLS, where ALPN chooses HTTP/2 or HTTP/1.1; the model given
 its own served name; `--system-in-messages keep`; a runtime that runs one request at a time and
 lets the next wait 1 s at most, for tests/api/test_prefill.py), keeping what it answered while its
 engine was still starting (tests/api/test_configured_server.py); and the agents' node, a front
-started as the README starts it for the agents, on the session's SGLang server."""
+started as docs/agents.md starts it for the agents, on the session's SGLang server."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ HELLO = [{"role": "user", "content": "Say hello."}]
 SERVED_NAME = "tests/smollm2-from-a-folder"
 STARTING_BODY = {"model": SERVED_NAME, "max_tokens": 4, "messages": HELLO}
 ONE_AT_A_TIME = ("--max-running-requests", "1", "--max-queue-wait", "1")
-# The most tokens of an answer: the README starts the agents' node on the embedded model with
+# The most tokens of an answer: docs/agents.md starts the agents' node on the embedded model with
 # --max-output-tokens 256 (each agent asks for thousands of tokens or names none, and the 135M
 # model can repeat itself to the window's end). The agents' node here takes 48: what is tested
 # holds at any length (an answer ended at the cap is read by each agent as its own maximum), and
@@ -114,7 +114,7 @@ def tls_model(tls_server: ServerProcess, trust: ssl.SSLContext) -> str:
 def agent_node(
     sglang_server: ServerProcess, tmp_path_factory: pytest.TempPathFactory, shutdowns: Shutdowns
 ) -> Iterator[ServerProcess]:
-    """A node as the README starts it for the agents, on the session's SGLang server."""
+    """A node as docs/agents.md starts it for the agents, on the session's SGLang server."""
     node = ServerProcess(
         tmp_path_factory.mktemp("agent-node") / "server.log",
         "--engine", "sglang-remote",

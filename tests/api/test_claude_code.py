@@ -1,6 +1,6 @@
 """The real Claude Code CLI (npm, tests/node: the newest and the oldest version tested) against
-the agents' node (the README's node command, on the embedded model's 32,768-token window), with
-the README's environment: `claude -p` with its whole default setup is served to its end, every
+the agents' node (docs/agents.md's node command, on the embedded model's 32,768-token window), with
+docs/agents.md's environment: `claude -p` with its whole default setup is served to its end, every
 request in full and counted exactly; the oldest version's whole setup fits the window too; tool
 search (deferred tools, tool_reference results) behaves as Anthropic documents it."""
 
@@ -40,7 +40,7 @@ def count(client: httpx.Client, body: dict[str, Any]) -> int:
 def test_claude_code_with_its_whole_setup_is_served_to_its_end(
     agent_node: ServerProcess, tmp_path: Path, engine: str
 ) -> None:
-    """The README's `claude -p`, no --bare: its first request is past the embedded model's own
+    """docs/agents.md's `claude -p`, no --bare: its first request is past the embedded model's own
     window, and is served whole; Claude Code reads the answer as served."""
     del engine  # run with the remote variant of the suite
     route = "/v1/infer/v1/messages"
@@ -49,7 +49,7 @@ def test_claude_code_with_its_whole_setup_is_served_to_its_end(
         url = f"http://127.0.0.1:{proxy.server_port}/v1/infer"
         done = claude(NEWEST, url, tmp_path, "-p", "Say hi.")
     output = done.stdout + done.stderr
-    assert "assumes a context window" not in output, output  # the README gives it the window
+    assert "assumes a context window" not in output, output  # docs/agents.md gives it the window
     new = [rid for rid in served(agent_node, route) if rid not in before]
     sent = [body for path, body in proxy.captured if "count_tokens" not in path]
     assert new and len(new) == len(sent), (output, agent_node.log_tail())
@@ -112,8 +112,8 @@ def test_a_new_claude_code_session_reads_the_last_ones_prompt_from_the_cache(
 def test_the_oldest_claude_code_runs_headless_and_its_whole_setup_fits_the_window(
     agent_node: ServerProcess, tmp_path: Path, engine: str
 ) -> None:
-    """2.1.197 with the README's environment: its whole setup (captured from the CLI itself)
-    fits the window with room for the README's answers, counted exactly; a `--bare` run, whose
+    """2.1.197 with docs/agents.md's environment: its whole setup (captured from the CLI itself)
+    fits the window with room for docs/agents.md's answers, counted exactly; a `--bare` run, whose
     prompt is small, is served to its end."""
     del engine
     with capturing() as capture:

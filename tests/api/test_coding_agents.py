@@ -1,6 +1,6 @@
-"""The real Codex CLI and opencode (npm, tests/node) against the agents' node (the README's node
-command, on the embedded model's 32,768-token window), each configured exactly as the README
-says (its config blocks are read from README.md): a headless run with the agent's own default
+"""The real Codex CLI and opencode (npm, tests/node) against the agents' node (docs/agents.md's node
+command, on the embedded model's 32,768-token window), each configured exactly as docs/agents.md
+says (its config blocks are read from docs/agents.md): a headless run with the agent's own default
 tools ends with its final answer and exit 0 (or, where the tiny model repeats itself to the
 node's --max-output-tokens, with the cut answer reported as the agent reports its own maximum),
 and every request it made was served in full; the session's next turn reads all of the last
@@ -150,7 +150,7 @@ def test_opencode_run_runs_to_its_final_answer(
     limit = readme.opencode_limit(readme.opencode_config(url))
     with httpx.Client(base_url=agent_node.origin, timeout=30) as client:
         [card] = client.get("/v1/infer/models").json()["data"]
-    assert limit["context"] == card["context_length"]  # the README gives opencode the window
+    assert limit["context"] == card["context_length"]  # docs/agents.md gives opencode the window
     for (_, body), entry in zip(proxy.captured, entries, strict=True):
         assert body["max_tokens"] == limit["output"]  # opencode asks its limit, the node caps it
         assert entry["usage"]["prompt_tokens"] + limit["output"] <= limit["context"], entry

@@ -23,8 +23,8 @@ pytestmark = pytest.mark.router_only
 
 # A prompt whose greedy answer meets no near-tie (each step's two best logits several bf16 steps
 # apart, checked when it was chosen), so that two workers whose caches hold different prefixes
-# still agree: a tie a step apart goes either way with the batch a token is computed in (README:
-# sampling parameters).
+# still agree: a tie a step apart goes either way with the batch a token is computed in
+# (docs/api.md: sampling parameters).
 QUESTION = [{"role": "user", "content": "Count from 1 to 20, separated by commas."}]
 ANSWER_TOKENS = 24
 # A client that leaves is aborted at its worker well before the router would notice the closed
@@ -88,7 +88,7 @@ def test_a_greedy_answer_is_the_workers_own_byte_for_byte(
     stream: bool,
 ) -> None:
     # Each worker answers twice: on a CPU the request that fills a prompt's prefix cache may
-    # differ from its repeats (README: sampling parameters); the repeats are the answer.
+    # differ from its repeats (docs/api.md: sampling parameters); the repeats are the answer.
     own = {w.origin: [worker_answer(w, QUESTION) for _ in "12"][1] for w in router_topology.workers}
     assert len(set(own.values())) == 1, own  # the same model on both workers
     expected = next(iter(own.values()))

@@ -6,7 +6,7 @@ gone), never what the model happens to write.
 Repeats are compared once the prompt is in the prefix cache: on a CPU the first request of a
 prompt computes its last token in a larger batch than the repeats do, and CPU GEMMs are not
 batch-invariant (SGLang's batch-invariant kernels are GPU-only), so a near-tie can go the other
-way once (see the README). Beside other decoding streams the node's compiled kernels compute each
+way once (see docs/api.md). Beside other decoding streams the node's compiled kernels compute each
 row alone: a seeded repeat there samples the same tokens."""
 
 from __future__ import annotations
