@@ -24,11 +24,8 @@ NOTICES = {  # logger: the starts of its messages that are notices
 
 
 def install() -> None:
-    """Idempotent."""
     for name, starts in NOTICES.items():
-        logger = logging.getLogger(name)
-        if not any(isinstance(each, _AtDebug) for each in logger.filters):
-            logger.addFilter(_AtDebug(starts))
+        logging.getLogger(name).addFilter(_AtDebug(starts))
 
 
 class _AtDebug(logging.Filter):
