@@ -18,7 +18,7 @@ from grammars.prompt import PromptRenderer
 from server.auth.principal import OPEN_ORG, Authenticator
 from server.config import Settings
 from server.engines.base import Engine
-from server.engines.registry import EngineFactory, create_engine
+from server.engines.registry import EngineFactory, create_engine, prepare_engine
 from server.errors import BackendUnavailable
 from server.gateway.client import GatewayClient
 from server.gateway.generation import GatewayGeneration
@@ -119,6 +119,7 @@ class ServerState:
         else:
             log.info("keys and metering: %s", self.settings.db)
         try:
+            await asyncio.to_thread(prepare_engine, self.settings)
             self.source = await asyncio.to_thread(resolve, self.settings)
             tokenizer = await asyncio.to_thread(load_tokenizer, self.source.path)
             form = await asyncio.to_thread(_format, self.source.served_name, tokenizer)

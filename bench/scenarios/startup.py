@@ -25,16 +25,17 @@ NAME = "startup"
 NOTE = (
     "Seconds from the command to ready (/readyz; SGLang's own server: /health_generate), the "
     "other servers of the run stopped meanwhile; median of the warm starts. Steps: between the "
-    "start log's lines (SGLang's Engine() starts its scheduler and detokenizer processes, which "
-    "import SGLang, load the model and size the memory pool). Imports: wall and CPU seconds of a "
-    "fresh interpreter importing what that process imports, alone."
+    "start log's lines (on a CPU the forkserver, started before the model is read, imports "
+    "SGLang's scheduler and detokenizer meanwhile; SGLang's Engine() forks them from it, they "
+    "load the model and size the memory pool). Imports: wall and CPU seconds of a fresh "
+    "interpreter importing what that process imports, alone."
 )
 # The start log's lines (server.serve, cpu_compat, engine, state) that end each step, in order.
 STEPS = (
     ("the node's imports and app", r"server\.serve: listening on"),
-    ("model folder, tokenizer, chat format", r"cpu_compat: CPU (has|without) AMX"),
-    ("CPU kernels (compiled or loaded)", r"cpu_compat: CPU kernels"),
-    ("SGLang's import, its plugins", r"engine: starting SGLang"),
+    ("the CPU runtime (torch's import)", r"cpu_compat: CPU (has|without) AMX"),
+    ("CPU kernels (compiled or loaded), the forkserver started", r"cpu_compat: CPU kernels"),
+    ("model, tokenizer, chat format, SGLang's import and plugins", r"engine: starting SGLang"),
     ("SGLang's Engine(): its processes, the model, the pool", r"engine: SGLang ready"),
     ("to ready", r"server\.state: serving .* ready in"),
 )
@@ -45,8 +46,9 @@ PREPARED = (
 )
 IMPORTS = {  # each process's own modules, on the CPU path this machine takes
     "front (this server, SGLang's engine)": "import server.app, sglang.srt.entrypoints.engine",
-    "scheduler": "import sglang.srt.managers.scheduler",
-    "detokenizer": "import sglang.srt.managers.detokenizer_manager",
+    "forkserver (the scheduler's and detokenizer's, once)": "import server.engines.sglang.preload",
+    "SGLang's own scheduler": "import sglang.srt.managers.scheduler",
+    "SGLang's own detokenizer": "import sglang.srt.managers.detokenizer_manager",
 }
 
 

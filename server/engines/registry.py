@@ -31,6 +31,15 @@ def _replay(settings: Settings, source: ModelSource, tokenizer: Tokenizer) -> En
     return ReplayEngine(settings, source)
 
 
+def prepare_engine(settings: Settings) -> None:
+    """What an engine starts before the model is read, to run beside it: the in-process SGLang
+    engine's forkserver, on a CPU (see server/engines/sglang/forkserver.py)."""
+    if settings.engine == "sglang":
+        from server.engines.sglang import forkserver
+
+        forkserver.start(settings)
+
+
 EngineFactory = Callable[["Settings", "ModelSource", "Tokenizer"], "Engine"]
 ENGINES: dict[str, EngineFactory] = {
     "sglang": _sglang,

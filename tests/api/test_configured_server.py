@@ -13,6 +13,7 @@ import anthropic
 import httpx
 import httpx2
 import openai
+import psutil
 import pytest
 
 from bench.scenarios import startup
@@ -129,6 +130,21 @@ def test_the_start_log_says_what_an_operator_needs(
     assert all(found.values()), [step for step, match in found.items() if match is None]
     starts = [match.start() for match in found.values() if match is not None]
     assert starts == sorted(starts)
+
+
+def test_sglangs_processes_fork_from_a_forkserver_that_imported_them(
+    tls_server: ServerProcess,
+) -> None:
+    """On a CPU, SGLang's scheduler and detokenizer are children of the node's forkserver, which
+    preloaded their modules, rather than fresh interpreters importing SGLang again."""
+    processes = psutil.Process(tls_server.pid).children(recursive=True)
+    sglangs = [process for process in processes if process.name().startswith("sglang::")]
+    names = sorted(process.name() for process in sglangs)
+    assert names == ["sglang::detokenizer", "sglang::scheduler"]
+    for process in sglangs:
+        parent = " ".join(process.parent().cmdline())
+        assert "from multiprocessing.forkserver import main" in parent, parent
+        assert "server.engines.sglang.preload" in parent, parent
 
 
 def test_a_context_length_beyond_the_models_window_is_one_clear_line(

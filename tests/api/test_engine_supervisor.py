@@ -30,7 +30,8 @@ def node(server: ServerProcess) -> ServerProcess:
 
 
 def scheduler(node: ServerProcess) -> psutil.Process:
-    [found] = [p for p in psutil.Process(node.pid).children() if "scheduler" in p.name()]
+    processes = psutil.Process(node.pid).children(recursive=True)  # forked by its forkserver
+    [found] = [process for process in processes if "scheduler" in process.name()]
     return found
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from server.config import Settings
 from server.engines.base import EngineLimits, EngineLoad, EngineOutput, EngineRequest
-from server.engines.sglang import cpu_compat, pins
+from server.engines.sglang import forkserver, pins
 from server.engines.sglang.args import (
     logprob_options,
     runtime_env,
@@ -55,6 +55,11 @@ class SGLangEngine:
         self._restarting: asyncio.Task[None] | None = None
         self._restarts = 0
         self._multiproc_dir_was_set = "PROMETHEUS_MULTIPROC_DIR" in os.environ
+
+    @property
+    def _keeps_metrics_dir(self) -> bool:
+        """The operator's Prometheus folder, or the forkserver's, whose processes write there."""
+        return self._multiproc_dir_was_set or os.environ.get(forkserver.STARTED) == "1"
 
     @property
     def limits(self) -> EngineLimits:
@@ -137,11 +142,12 @@ class SGLangEngine:
         )
 
     def _prepare(self, args: Mapping[str, Any]) -> None:
-        """What Engine() needs in this process first: on a CPU, the runtime's stand-ins and the
-        compiled kernels; SGLang's versions checked, its plugins' hooks applied and checked."""
-        if args["device"] == "cpu":
-            cpu_compat.prepare_cpu_runtime()
-            cpu_compat.compile_kernels(self._settings.cache_dir)
+        """What Engine() needs in this process first: on a CPU, the runtime's stand-ins, the
+        compiled kernels and the forkserver; SGLang's versions checked, its plugins' hooks applied
+        and checked."""
+        # On a CPU: the runtime's stand-ins, the kernels and the forkserver (at once where the
+        # server started them first, before reading the model).
+        forkserver.start(self._settings)
         os.environ.update(runtime_env(self._settings))  # the scheduler inherits it
         pins.check_versions(args["device"])
         from sglang.srt.plugins import load_plugins
@@ -178,7 +184,7 @@ class SGLangEngine:
         for task in dead.tokenizer_manager.asyncio_tasks:  # its loops, on this event loop
             task.cancel()
         await asyncio.to_thread(dead.shutdown)  # what is left of it, and its shared memory
-        forget_runtime_metrics(self._multiproc_dir_was_set)
+        forget_runtime_metrics(self._keeps_metrics_dir)
         for attempt in itertools.count():
             try:
                 await self._launch()
@@ -188,7 +194,7 @@ class SGLangEngine:
                 if self._engine is not None:
                     await asyncio.to_thread(self._engine.shutdown)
                     self._engine = None
-                forget_runtime_metrics(self._multiproc_dir_was_set)
+                forget_runtime_metrics(self._keeps_metrics_dir)
                 await asyncio.sleep(wait)
             else:
                 self._restarts += 1

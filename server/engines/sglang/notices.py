@@ -24,8 +24,11 @@ NOTICES = {  # logger: the starts of its messages that are notices
 
 
 def install() -> None:
+    """Idempotent."""
     for name, starts in NOTICES.items():
-        logging.getLogger(name).addFilter(_AtDebug(starts))
+        logger = logging.getLogger(name)
+        if not any(isinstance(each, _AtDebug) for each in logger.filters):
+            logger.addFilter(_AtDebug(starts))
 
 
 class _AtDebug(logging.Filter):

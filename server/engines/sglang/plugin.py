@@ -6,7 +6,8 @@ it makes SGLang's deterministic inference, which seeded sampling rests on, avail
 attention backends join SGLang's deterministic lists (they compute each request alone, so the radix
 cache stays on), SGLang's batch-invariant kernels, Triton and GPU-only, are not installed, and its
 seeded sampler and repetition penalty run eagerly, and a hybrid model's prefix cache takes the
-strategy a CPU has (`no_buffer`). On a CPU without AMX it also installs the faster
+strategy a CPU has (`no_buffer`), and its processes fork from the node's forkserver where it runs
+(`forkserver.py`). On a CPU without AMX it also installs the faster
 plain-torch model path of `cpu/` (its attention backend through SGLang's attention registry, the
 rest through its hook registry). In every process it keeps SGLang's notices that ask nothing of
 the operator at debug level (`notices.py`). In the processes SGLang spawns it leaves SIGINT to
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from server.engines.sglang import notices
+from server.engines.sglang import forkserver, notices
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ EAGER_ON_CPU = (
 )
 EXTRA_BUFFER_SUPPORT = "sglang.srt.arg_groups.overrides.supports_mamba_cache_extra_buffer"
 SCHEDULER_INIT = "sglang.srt.managers.scheduler.Scheduler.__init__"
+SET_ENVS_AND_CONFIG = "sglang.srt.entrypoints.engine._set_envs_and_config"
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ def hooks(cpu: bool) -> list[Hook]:
         return planned
     planned += _deterministic_inference_on_cpu()
     planned.append(Hook(EXTRA_BUFFER_SUPPORT, _no_extra_buffer, "REPLACE"))
+    planned.append(Hook(SET_ENVS_AND_CONFIG, forkserver.forked, "AFTER"))
     if (path := _cpu_path(cpu)) is None:
         return planned
     return planned + [Hook(target, hook, kind) for target, hook, kind in path.hooks()]

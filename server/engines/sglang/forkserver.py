@@ -1,0 +1,60 @@
+"""SGLang's scheduler and detokenizer on a CPU, forked from a process that has imported them.
+
+SGLang starts each of its processes fresh (multiprocessing's spawn), and each imports SGLang
+again, as this process does: three imports of the same modules, the children's only after this
+process's own, most of a start. Here a forkserver (multiprocessing's own) is started first, with
+the environment they need, and imports SGLang's scheduler, detokenizer and model classes while
+this process reads the model and imports SGLang; SGLang's processes are then forked from it.
+
+On a CPU only: SGLang's environment changes after this point (`_set_envs_and_config`: its run
+id for the GPU offloader, NCCL's, CUDA's and CuTe DSL's settings, the device ids it sets around
+each start) are a GPU's; the Prometheus folder its metrics share is made here, before the fork
+server, where SGLang would make it after. The forkserver never runs torch's thread pool, so the
+processes forked from it start OpenMP cleanly."""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import shutil
+import tempfile
+from multiprocessing import forkserver
+from typing import Any
+
+from server.config import Settings
+from server.engines.sglang import cpu_compat
+from server.engines.sglang.args import default_device, runtime_env
+
+STARTED = "B3OS_INFER_FORKSERVER"  # set once the forkserver runs: SGLang's processes fork from it
+PRELOAD = ["server.engines.sglang.preload"]
+METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def start(settings: Settings) -> None:
+    """Idempotent. Everything SGLang's processes read from the environment set first: the CPU
+    runtime's stand-ins, the compiled kernels, the node's runtime settings."""
+    if os.environ.get(STARTED) == "1":
+        return
+    device = settings.device or default_device()
+    if device != "cpu":
+        return
+    cpu_compat.prepare_cpu_runtime()
+    cpu_compat.compile_kernels(settings.cache_dir)
+    os.environ.update(runtime_env(settings))
+    if METRICS_DIR not in os.environ:  # as SGLang would make it, and gone when this process is
+        folder = tempfile.mkdtemp(prefix="b3os-infer-metrics-")
+        atexit.register(shutil.rmtree, folder, True)
+        os.environ[METRICS_DIR] = folder
+    multiprocessing.set_forkserver_preload(PRELOAD)
+    forkserver.ensure_running()
+    os.environ[STARTED] = "1"
+
+
+def forked(result: Any, *args: Any, **kwargs: Any) -> Any:
+    """After SGLang's `_set_envs_and_config`, which chooses spawn for its processes: where the
+    forkserver runs, they fork from it."""
+    del args, kwargs
+    if os.environ.get(STARTED) == "1":
+        multiprocessing.set_start_method("forkserver", force=True)
+    return result
