@@ -1,7 +1,8 @@
 """The suite as `make test` runs it: its shards (SHARDS in tests/conftest.py) in two pytest
 processes side by side, each line of their output shown as it comes, under its shard's name, and
-each shard's verdict at the end. `python -m tests.shards [pytest arguments]`; the arguments go to
-both (`-k chat`, a path). Exits 0 when every shard passed or selected nothing and one ran tests.
+each shard's verdict at the end, after its slowest setups, calls and teardowns. `python -m
+tests.shards [pytest arguments]`; the arguments go to both (`-k chat`, a path). Exits 0 when
+every shard passed or selected nothing and one ran tests.
 
 Each engine the shards start computes on one thread (OMP_NUM_THREADS=1): two engines of two
 threads each on two cores wait on each other's threads, and one shard's agent turn then took
@@ -18,6 +19,7 @@ import time
 from tests.conftest import SHARDS
 
 NO_TESTS = 5  # pytest's exit code for a selection with nothing in it
+SLOWEST = 30  # each shard ends with its slowest setups, calls and teardowns: where its time goes
 WIDTH = max(map(len, SHARDS))
 
 
@@ -30,7 +32,7 @@ class Shard(threading.Thread):
         self._lock = lock
         self._began = time.monotonic()
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "--shard", name,
+            [sys.executable, "-m", "pytest", "--shard", name, f"--durations={SLOWEST}",
              "-o", f"cache_dir=.pytest_cache/{name}", *argv],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"},
