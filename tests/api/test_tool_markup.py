@@ -24,11 +24,14 @@ ASK = [{"role": "user", "content": "What is the weather in Oslo? Use the tool."}
 def messages_answer(http: httpx.Client, body: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(texts, tool names) of a Messages answer, streamed or not."""
     if not body.get("stream"):
-        answer = http.post("/v1/infer/v1/messages", json=body).json()
+        response = http.post("/v1/infer/v1/messages", json=body)
+        assert response.status_code == 200, response.text
+        answer = response.json()
         texts = [b["text"] for b in answer["content"] if b["type"] == "text"]
         return texts, [b["name"] for b in answer["content"] if b["type"] == "tool_use"]
     texts, names = [], []
     with http.stream("POST", "/v1/infer/v1/messages", json=body) as response:
+        assert response.status_code == 200, response.read().decode()
         for _, data in events(response):
             if data.get("type") == "content_block_start":
                 block = data["content_block"]
@@ -44,12 +47,15 @@ def messages_answer(http: httpx.Client, body: dict[str, Any]) -> tuple[list[str]
 def chat_answer(http: httpx.Client, body: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(texts, tool names) of a chat answer, streamed or not."""
     if not body.get("stream"):
-        message = http.post("/v1/infer/chat/completions", json=body).json()["choices"][0]
+        response = http.post("/v1/infer/chat/completions", json=body)
+        assert response.status_code == 200, response.text
+        message = response.json()["choices"][0]
         content = message["message"].get("content")
         calls = message["message"].get("tool_calls") or []
         return ([content] if content else []), [c["function"]["name"] for c in calls]
     text, names = "", []
     with http.stream("POST", "/v1/infer/chat/completions", json=body) as response:
+        assert response.status_code == 200, response.read().decode()
         for _, data in events(response):
             if data == "[DONE]" or not data.get("choices"):
                 continue
