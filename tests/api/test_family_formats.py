@@ -113,7 +113,7 @@ HYBRID_TESTS = {
 }
 
 
-AHEAD = 2  # nodes started before their tests: a node's start outlasts a family's tests
+AHEAD = 1  # the next family's node starts while the tests of one run
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,8 @@ class Node:
 class Nodes:
     """A node on each family's tiny model, in CARDS' order: the next ones start while the tests
     of the one before them run, and one is stopped once the tests of the next begin (AHEAD + 1
-    at most at once: each is an engine, its processes and their memory)."""
+    at most at once: each is an engine, its processes and their memory, beside the shards'
+    others on the suite's machine)."""
 
     def __init__(self, root: pytest.TempPathFactory) -> None:
         self._root = root

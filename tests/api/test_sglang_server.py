@@ -9,8 +9,14 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
+from tests.conftest import AGENTS_AND_FAMILIES
 from tests.server_process import ServerProcess
+
+# On the shard whose SGLang server is up for its remote engine: another one in the core's would be
+# a fourth engine of the embedded model's size there, all alive to the session's end.
+pytestmark = pytest.mark.shard(AGENTS_AND_FAMILIES)
 
 
 def ignored_signals(pid: int) -> int:
