@@ -25,9 +25,8 @@ ARGS   ?=
 install: $(STAMP)
 
 # torch goes in with pip, which finds a local CPU build where the machine's pip is configured with
-# one; the rest with uv, which fetches and unpacks in parallel: 3.4x faster than pip for the same
-# 150 packages (30 / 103 s, byte-compiled both ways, pip freeze identical), back to back on one
-# 2-core machine with no cache.
+# one; the rest with uv, which fetches and unpacks in parallel (the same packages, byte-compiled
+# both ways, installed in a fraction of pip's time).
 $(STAMP): Makefile pyproject.toml requirements/sglang-cpu.txt requirements/constraints.txt \
 		requirements/model.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,8 +51,7 @@ $(CLIENTS): $(NODE)/package.json $(NODE)/package-lock.json
 
 # The OpenAI Agents SDK the tests run for real, in a virtual environment of its own: it needs
 # openai>=3, and SGLang pins .venv's to 2.8.0. Its requirements.txt pins the whole environment;
-# .venv's uv checks the pins agree and fetches only those (from PyPI, as everything else here):
-# 6.5x faster than pip (2.6 / 16.8 s, same machine).
+# .venv's uv checks the pins agree and fetches only those (from PyPI, as everything else here).
 $(AGENTS_SDK): $(AGENTS)/requirements.txt $(STAMP)
 	@echo "==> the OpenAI Agents SDK the tests run (PyPI: openai-agents, into $(AGENTS_VENV)/)"
 	@test -x $(AGENTS_VENV)/bin/python || $(PYTHON) -m venv $(AGENTS_VENV)

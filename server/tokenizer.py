@@ -3,9 +3,9 @@ every prompt itself and sends the engine token ids, so its tokenizer must be the
 
 Where AutoTokenizer would give transformers' generic class (`TokenizersBackend`, what transformers
 writes for a tokenizer with no class of its own: the embedded model's is), that class is loaded
-directly. AutoTokenizer reads the model's config first, and that import takes torch: a replay or
-remote front is ready in 0.44x the time without it (3.3 s against 7.5 on a 2-core CPU, back to
-back); the generic class needs only `tokenizers`. Which folders those are is decided without torch
+directly. AutoTokenizer reads the model's config first, and that import takes torch, which a
+replay or remote front would otherwise never import (it is most of such a front's start); the
+generic class needs only `tokenizers`. Which folders those are is decided without torch
 too, from the folder's own files and the table transformers keeps of the model types whose
 declared class it replaces (read from its source: the module that holds it imports torch).
 SGLang's processes load such a folder once through the same decision
@@ -28,8 +28,8 @@ GENERIC_TOKENIZER = "TokenizersBackend"
 MISTRAL_VOCABULARY = "tekken.json"
 # Where transformers 5's AutoTokenizer keeps the model types whose declared tokenizer class it
 # replaces by the type's own registered class: the module, its file within the package (finding
-# it by its module name imports the packages above it: 5x the time of the whole read from the
-# file, 0.25 s against 0.05 on one machine), and the name of the set there.
+# it by its module name imports the packages above it, several times the cost of reading the
+# file), and the name of the set there.
 AUTO_TOKENIZER_MODULE = "transformers.models.auto.tokenization_auto"
 AUTO_TOKENIZER_SOURCE = Path("models", "auto", "tokenization_auto.py")
 REPLACED_TYPES_NAME = "MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS"

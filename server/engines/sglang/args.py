@@ -65,8 +65,8 @@ def server_args(settings: Settings, source: ModelSource) -> dict[str, Any]:
         if cpu_compat.cpu_computes_bf16():
             args.setdefault("max_total_tokens", CPU_MAX_TOTAL_TOKENS)
         else:
-            # Computed in fp32, prefill runs 4-5x faster than in bf16 (cpu/linear.py has the
-            # figures). The KV cache is fp32 too, read in place by the attention with no copy
+            # Without native bf16 the GEMMs convert every element: fp32 prefills several times
+            # faster. The KV cache is fp32 too, read in place by the attention with no copy
             # (cpu/attention.py): as many bytes as a bf16 cache of twice the tokens.
             args["dtype"] = "float32"
             args.setdefault("max_total_tokens", CPU_MAX_TOTAL_TOKENS // 2)

@@ -32,7 +32,7 @@ def cpu_has_amx() -> bool:
 
 def cpu_computes_bf16() -> bool:
     """Whether the CPU multiplies bf16 natively (AMX, AVX-512 BF16); without it, bf16 GEMMs
-    convert every element and run 4-6x slower than fp32."""
+    convert every element and run several times slower than fp32."""
     import torch
 
     return cpu_has_amx() or bool(torch.cpu._is_avx512_bf16_supported())

@@ -112,9 +112,9 @@ class SGLangEngine:
             args["device"],
             args["model_path"],
         )
-        # Engine() blocks until its scheduler is ready (~30 s on a CPU): build it in a worker
-        # thread so this loop keeps answering health checks. SGLang only installs signal handlers
-        # from the main thread, so none are installed here.
+        # Engine() blocks until its scheduler is ready (tens of seconds on a CPU): build it in a
+        # worker thread so this loop keeps answering health checks. SGLang only installs signal
+        # handlers from the main thread, so none are installed here.
         root_handlers = logging.getLogger().handlers[:]
         root_level = logging.getLogger().level
         before = children()

@@ -36,8 +36,8 @@ BATCH_INVARIANT_MODE = (
 )
 # Small steps SGLang wraps in torch.compile, which on a CPU builds C++ at first use: seconds,
 # and a compiler (the slim CPU image has none). The seeded sampler runs at the first sampled
-# token; the repetition penalty held the first request naming one 4.9 s, 30x the 0.16 s of the
-# same request after it on the same server. Both run as the eager functions they wrap.
+# token; the repetition penalty held the first request naming one for seconds, many times what
+# the same request took after it. Both run as the eager functions they wrap.
 EAGER_ON_CPU = (
     "sglang.srt.layers.sampler.multinomial_with_seed",
     "sglang.srt.sampling.penaltylib.repetition_penalty.apply_scaling_penalties",

@@ -4,8 +4,8 @@ arrives is prefilled beside the next chunk (SGLang's mixed chunks and shortest-p
 set in `args.py`).
 
 A chunk's cost grows with the context it attends over: a token at position h costs the model's
-linear layers (fixed) plus attention over h keys. Measured on a 2-core AVX2 machine with
-SmolLM2-135M, 128 new tokens cost 0.4 s at the start of a prompt and 2 s at position 7,000. So
+linear layers (fixed) plus attention over h keys, so deep into a long prompt the same number of
+new tokens costs several times what it costs at its start (`python -m bench prefill`). So
 each chunk gets as many tokens as the machine prefills in a time budget at its position, the
 budget set by who else waits on the CPU: a request waiting for its first token (`WAITING_S`: it
 is prefilled in the next forward, beside the chunk), streams decoding (`STREAMING_S`: each of
@@ -39,8 +39,8 @@ RUN_BATCH = "sglang.srt.managers.scheduler.Scheduler.run_batch"
 WAITING_S = 0.4  # a request's first token: the chunk in progress, then this one
 STREAMING_S = 0.6  # a running stream's gap: this plus the scheduler's own work
 ALONE_S = 1.0
-# Masked attention (SDPA with a mask) runs at about 60% of the GEMM rate on CPUs (measured: 48
-# against 80 GFLOPS), so its FLOPs weigh more.
+# Masked attention (SDPA with a mask) runs at a fraction of the GEMM rate on CPUs, so its FLOPs
+# weigh more.
 ATTENTION_WEIGHT = 1.6
 MIN_CHUNK = 16  # below this a forward's fixed costs dominate
 ALONE_MIN_CHUNK = 256  # a prompt prefilling alone: see the module's docstring
