@@ -10,6 +10,7 @@ and their records are retried (see `server.store.writer`)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Awaitable, Sequence
@@ -41,11 +42,14 @@ class Meter:
         if writer is not None:
             writer.on_usage_committed = self._committed
 
-    def spent(self, key_id: str) -> int:
-        """Input and output tokens metered for the key so far, this process's included."""
+    async def spent(self, key_id: str) -> int:
+        """Input and output tokens metered for the key so far, this process's included. The
+        store is read once per key, in a worker thread, off the event loop."""
         if key_id not in self._spent:
-            stored = self._writer.store.key_spend(key_id) if self._writer is not None else 0
-            self._spent[key_id] = stored
+            stored = 0
+            if self._writer is not None:
+                stored = await asyncio.to_thread(self._writer.store.key_spend, key_id)
+            self._spent.setdefault(key_id, stored)  # another request may have read it meanwhile
         return self._spent[key_id]
 
     def begin(self, record: UsageRecord, max_tokens: int | None) -> None:

@@ -123,7 +123,7 @@ async def answer(
     try:
         prepared = generation.prepare(request_, g.request_id, g.timing)
         record.prompt_tokens = prepared.prompt.num_tokens
-        ticket = _admit(who, prepared)
+        ticket = await _admit(who, prepared)
     except InferError as error:
         record.failed(error.code)
         raise
@@ -173,14 +173,14 @@ async def _with_images(prepared: Prepared, who: Principal, timing: Timing) -> Pr
     return prepared.with_images(decoded)
 
 
-def _admit(who: Principal, prepared: Prepared) -> Ticket:
+async def _admit(who: Principal, prepared: Prepared) -> Ticket:
     """Charges the organization's limits with the prompt and the answer's token budget as
     clamped to the window (512 at most when a chat request sets none), after the store's room
     and the key's spend cap."""
     state = server_state()
     state.check_store_room()
     if who.key_id is not None and who.spend_cap_tokens is not None:
-        spent = state.meter.spent(who.key_id)
+        spent = await state.meter.spent(who.key_id)
         if spent >= who.spend_cap_tokens:
             raise QuotaExceeded(
                 f"API key {who.key_id} has used its spend cap of {who.spend_cap_tokens} tokens "

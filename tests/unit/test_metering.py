@@ -5,6 +5,8 @@ and a store that fails."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -153,3 +155,37 @@ def test_what_a_killed_process_left_running_is_interrupted_at_the_next_start(
     found = store.request_entry("req_1")
     assert found is not None
     assert found.status == found.wire["status"] == "interrupted"
+
+
+class ThreadNotingStore(SqliteStore):
+    """The real store, noting the thread each spend read runs on."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.read_on: list[int] = []
+
+    def key_spend(self, key_id: str) -> int:
+        self.read_on.append(threading.get_ident())
+        return super().key_spend(key_id)
+
+
+def test_a_keys_spend_is_read_from_the_store_once_off_the_event_loop(tmp_path: Path) -> None:
+    """The spend cap's check reads what earlier processes metered in a worker thread, once per
+    key; then this process's own requests count on top of it."""
+    path = tmp_path / "s.db"
+    earlier = SqliteStore(path)
+    earlier.write([dataclasses.replace(begun("req_0"), status="succeeded", output_tokens=5)], [])
+    earlier.close()
+    store = ThreadNotingStore(path)
+
+    async def body(meter: Meter, writer: StoreWriter) -> None:
+        assert await meter.spent("key_1") == 15
+        meter.begin(begun("req_1"), max_tokens=8)
+        waiting = meter.progress("req_1", 3)
+        if waiting is not None:
+            await waiting
+        assert await meter.spent("key_1") == 15 + 10 + 3  # its prompt and what it generated
+        assert store.read_on and threading.get_ident() not in store.read_on
+        assert len(store.read_on) == 1
+
+    run(store, body)
