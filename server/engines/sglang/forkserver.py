@@ -28,6 +28,7 @@ from server.engines.sglang.args import default_device, runtime_env
 
 STARTED = "B3OS_INFER_FORKSERVER"  # set once the forkserver runs: SGLang's processes fork from it
 PRELOAD = ["server.engines.sglang.preload"]
+TITLE = "b3os-infer::forkserver"  # the forkserver's process title, once its preload is imported
 METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 

@@ -1,13 +1,30 @@
 """What SGLang's forkserver imports before it forks SGLang's processes (`forkserver.py`): the
 scheduler's and the detokenizer's modules and every model class SGLang's registry would import
-in the scheduler, with this node's SGLang plugin; its notices kept at debug as in each process."""
+in the scheduler, with this node's SGLang plugin; its notices kept at debug as in each process.
 
-from server.engines.sglang import notices, plugin
+Python 3.11's forkserver is handed the node's `sys.path` but does not apply it (its children
+do), so the CPU runtime's stand-ins go on it here first. multiprocessing ignores a preload's
+ImportError, and the children would then import everything themselves, slowly and silently: one
+is raised as a RuntimeError instead, so that the forkserver, and with it the engine's start,
+fails with the reason. Once all is imported, the forkserver's process title says so."""
 
-notices.install()
+from server.engines.sglang import cpu_compat
+from server.engines.sglang.forkserver import TITLE
 
-from sglang.srt.managers import detokenizer_manager, scheduler  # noqa: E402
-from sglang.srt.models.registry import ModelRegistry  # noqa: E402
+cpu_compat.prepare_cpu_runtime()
+try:
+    from setproctitle import setproctitle
+
+    from server.engines.sglang import notices, plugin
+
+    notices.install()
+    from sglang.srt.managers import detokenizer_manager, scheduler
+    from sglang.srt.models.registry import ModelRegistry
+except ImportError as error:
+    raise RuntimeError(
+        f"SGLang's forkserver cannot import its processes' modules: {error}"
+    ) from error
 
 ModelRegistry.get_supported_archs()  # imports the model modules, once for every process forked
+setproctitle(TITLE)
 __all__ = ["detokenizer_manager", "plugin", "scheduler"]
