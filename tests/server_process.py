@@ -248,3 +248,10 @@ class StartQueue:
     def close(self) -> None:
         """Once every start has ended: a start whose processes were stopped ends with them."""
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def ignored_signals(pid: int) -> int:
+    """The mask of signals the process ignores (bit n-1 for signal n), as Linux reports it."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    [mask] = [line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")]
+    return int(mask, 16)

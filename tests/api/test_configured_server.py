@@ -6,6 +6,7 @@ is still starting."""
 from __future__ import annotations
 
 import re
+import signal
 import ssl
 import time
 
@@ -21,7 +22,7 @@ from server.engines.sglang import forkserver
 from tests.api.conftest import Starting
 from tests.api.contract import whole_prompt
 from tests.api.conventions import assert_ids
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, ignored_signals
 
 HELLO = [{"role": "user", "content": "Say hello."}]
 
@@ -137,14 +138,18 @@ def test_sglangs_processes_fork_from_a_forkserver_that_imported_them(
     tls_server: ServerProcess,
 ) -> None:
     """On a CPU, SGLang's scheduler and detokenizer are children of the node's forkserver, which
-    imported their modules (its title says so once it has), rather than fresh interpreters
-    importing SGLang again."""
+    imported their modules and loaded SGLang's plugins (its title says so once it has), rather
+    than fresh interpreters importing SGLang again; like SGLang's own processes, they leave a
+    terminal's Ctrl-C to the node."""
     processes = psutil.Process(tls_server.pid).children(recursive=True)
     sglangs = [process for process in processes if process.name().startswith("sglang::")]
     names = sorted(process.name() for process in sglangs)
     assert names == ["sglang::detokenizer", "sglang::scheduler"]
+    sigint = 1 << (signal.SIGINT - 1)
     for process in sglangs:
         assert process.parent().cmdline()[0] == forkserver.TITLE, process.parent().cmdline()
+        assert ignored_signals(process.pid) & sigint, process
+    assert not ignored_signals(tls_server.pid) & sigint  # the node stops on it
 
 
 def test_a_context_length_beyond_the_models_window_is_one_clear_line(

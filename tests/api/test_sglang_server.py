@@ -5,24 +5,17 @@ the server, which stops them: none dies of it with its own KeyboardInterrupt tra
 from __future__ import annotations
 
 import signal
-from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
 from tests.conftest import AGENTS_AND_FAMILIES
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, ignored_signals
 
 # On the shard whose SGLang server is up for its remote engine: another one in the core's would be
 # a fourth engine of the embedded model's size there, all alive to the session's end.
 pytestmark = pytest.mark.shard(AGENTS_AND_FAMILIES)
-
-
-def ignored_signals(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    [mask] = [line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")]
-    return int(mask, 16)
 
 
 def test_sglangs_processes_leave_sigint_to_the_server(sglang_server: ServerProcess) -> None:
