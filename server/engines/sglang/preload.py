@@ -1,6 +1,7 @@
 """What SGLang's forkserver imports before it forks SGLang's processes (`forkserver.py`): the
 scheduler's and the detokenizer's modules and every model class SGLang's registry would import
-in the scheduler, with this node's SGLang plugin; its notices kept at debug as in each process.
+in the scheduler, and SGLang's plugins, this node's among them, loaded and their hooks applied;
+its notices kept at debug as in each process.
 
 Python 3.11's forkserver is handed the node's `sys.path` but does not apply it (its children
 do), so the CPU runtime's stand-ins go on it here first. multiprocessing ignores a preload's
