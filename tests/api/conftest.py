@@ -2,8 +2,12 @@
 server does not use (TLS, where ALPN chooses HTTP/2 or HTTP/1.1; the model given as a folder with
 its own served name; `--system-in-messages keep`; a runtime that runs one request at a time and
 lets the next wait 1 s at most, for tests/api/test_prefill.py), keeping what it answered while its
-engine was still starting (tests/api/test_configured_server.py); and the agents' node, a front
-started as docs/agents.md starts it for the agents, on the session's SGLang server."""
+engine was still starting (tests/api/test_configured_server.py); and the agents' node, started as
+docs/agents.md starts it for the agents, on the embedded model's twin (tests/families/tiny.py:
+its tokenizer, template and 32,768-token window, its weights toy-sized and random). What the
+agents' tests check is how the node serves each CLI's requests, which holds whatever the weights;
+the twin prefills an agent's whole setup in seconds where the 135M model takes minutes on one
+core (that prefill is the bench's: `python -m bench session`)."""
 
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ import trustme
 from server.config import default_cache_dir
 from server.models.embedded import ensure_converted
 from tests.api import readme
+from tests.api.contract import MODEL
+from tests.families.tiny import twin
 from tests.server_process import ServerProcess, Shutdowns, StartQueue
 
 HELLO = [{"role": "user", "content": "Say hello."}]
@@ -29,7 +35,7 @@ ONE_AT_A_TIME = ("--max-running-requests", "1", "--max-queue-wait", "1")
 # --max-output-tokens 256 (each agent asks for thousands of tokens or names none, and the 135M
 # model can repeat itself to the window's end). The agents' node here takes 48: what is tested
 # holds at any length (an answer ended at the cap is read by each agent as its own maximum), and
-# a looping answer decodes a fifth as long after the agents' long prompts.
+# the twin's random answers run to the cap.
 AGENT_MAX_OUTPUT_TOKENS = 48
 
 
@@ -112,13 +118,15 @@ def tls_model(tls_server: ServerProcess, trust: ssl.SSLContext) -> str:
 
 @pytest.fixture(scope="session")
 def agent_node(
-    sglang_server: ServerProcess, tmp_path_factory: pytest.TempPathFactory, shutdowns: Shutdowns
+    tmp_path_factory: pytest.TempPathFactory, shutdowns: Shutdowns
 ) -> Iterator[ServerProcess]:
-    """A node as docs/agents.md starts it for the agents, on the session's SGLang server."""
+    """A node as docs/agents.md starts it for the agents, on the embedded model's twin."""
+    embedded = ensure_converted(default_cache_dir())
+    twin_folder = twin(tmp_path_factory.mktemp("agents-model"), embedded)
     node = ServerProcess(
         tmp_path_factory.mktemp("agent-node") / "server.log",
-        "--engine", "sglang-remote",
-        "--engine-url", sglang_server.origin,
+        "--model", str(twin_folder),
+        "--served-model-name", MODEL,
         "--compat", readme.node_flag("compat"),
         "--max-output-tokens", str(AGENT_MAX_OUTPUT_TOKENS),
     )  # fmt: skip

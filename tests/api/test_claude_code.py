@@ -1,8 +1,9 @@
 """The real Claude Code CLI (npm, tests/node: the newest and the oldest version tested) against
-the agents' node (docs/agents.md's node command, on the embedded model's 32,768-token window), with
-docs/agents.md's environment: `claude -p` with its whole default setup is served to its end, every
-request in full and counted exactly; the oldest version's whole setup fits the window too; tool
-search (deferred tools, tool_reference results) behaves as Anthropic documents it."""
+the agents' node (docs/agents.md's node command, on the embedded model's twin: its tokenizer,
+template and 32,768-token window; tests/api/conftest.py), with docs/agents.md's environment:
+`claude -p` with its whole default setup is served to its end, every request in full and counted
+exactly; the oldest version's whole setup fits the window too; tool search (deferred tools,
+tool_reference results) behaves as Anthropic documents it."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ from tests.api import readme
 from tests.api.conftest import AGENT_MAX_OUTPUT_TOKENS, served
 from tests.api.contract import MODEL
 from tests.capture import capturing, recording
+from tests.conftest import AGENTS_AND_FAMILIES
 from tests.server_process import ServerProcess
 
-pytestmark = pytest.mark.remote_only  # a front of its own on the session's SGLang server
+pytestmark = pytest.mark.shard(AGENTS_AND_FAMILIES)  # with the CLIs' other engines
 
 NEWEST, OLDEST = "2.1.332", "2.1.197"  # tests/node/package.json
 # What Claude Code says of answers that ended at the node's cap: it asks again up to three times,
@@ -38,11 +40,10 @@ def count(client: httpx.Client, body: dict[str, Any]) -> int:
 
 
 def test_claude_code_with_its_whole_setup_is_served_to_its_end(
-    agent_node: ServerProcess, tmp_path: Path, engine: str
+    agent_node: ServerProcess, tmp_path: Path
 ) -> None:
     """docs/agents.md's `claude -p`, no --bare: its first request is past the embedded model's own
     window, and is served whole; Claude Code reads the answer as served."""
-    del engine  # run with the remote variant of the suite
     route = "/v1/infer/v1/messages"
     before = set(served(agent_node, route))
     with recording(agent_node.origin) as proxy:
@@ -63,9 +64,9 @@ def test_claude_code_with_its_whole_setup_is_served_to_its_end(
     assert "defer_loading" in str(sent[0]["tools"])
     assert sent[0]["max_tokens"] > int(readme.node_flag("max-output-tokens"))  # the node's cap
     print(f"Claude Code {NEWEST}: {[entry['usage'] for entry in entries]}")
-    # Whether the model ends its turn within the node's cap is its own draw (greedy or not, a
-    # 135M model after a 12,000-token prompt). Either way the CLI read the answers as served: an
-    # ended turn exits 0 with the answer; cut ones are asked again, then reported as cut.
+    # The twin's random answers run to the node's cap; a model that ends its turn within it has
+    # Claude Code exit 0 with the answer. Either way the CLI read the answers as served: cut
+    # ones are asked again, then reported as cut.
     if done.returncode == 0:
         assert "API Error" not in output and done.stdout.strip(), output
         return
@@ -76,13 +77,12 @@ def test_claude_code_with_its_whole_setup_is_served_to_its_end(
 
 
 def test_a_new_claude_code_session_reads_the_last_ones_prompt_from_the_cache(
-    agent_node: ServerProcess, tmp_path: Path, engine: str
+    agent_node: ServerProcess, tmp_path: Path
 ) -> None:
     """Two sessions one after the other, each asking something else: Claude Code's first system
     block (its attribution, with a hash of the first user message) differs between them; the
     node leaves it out, so the second session's first request is read from the cache up to its
     own question, as the request log and the answer's usage say."""
-    del engine
     route = "/v1/infer/v1/messages"
     firsts: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for ask in ("Say hi, please.", "Tell me a river fact."):
@@ -110,12 +110,11 @@ def test_a_new_claude_code_session_reads_the_last_ones_prompt_from_the_cache(
 
 
 def test_the_oldest_claude_code_runs_headless_and_its_whole_setup_fits_the_window(
-    agent_node: ServerProcess, tmp_path: Path, engine: str
+    agent_node: ServerProcess, tmp_path: Path
 ) -> None:
     """2.1.197 with docs/agents.md's environment: its whole setup (captured from the CLI itself)
     fits the window with room for docs/agents.md's answers, counted exactly; a `--bare` run, whose
     prompt is small, is served to its end."""
-    del engine
     with capturing() as capture:
         done = claude(OLDEST, f"http://127.0.0.1:{capture.server_port}", tmp_path, "-p", "Hi")
         assert done.returncode == 0, done.stdout + done.stderr
@@ -176,9 +175,8 @@ LOADED = [
 
 
 def test_a_deferred_tool_is_shown_and_callable_only_once_a_tool_reference_loads_it(
-    agent_node: ServerProcess, engine: str
+    agent_node: ServerProcess,
 ) -> None:
-    del engine
     with httpx.Client(base_url=agent_node.origin, timeout=120) as client:
 
         def count(body: dict[str, Any]) -> int:
@@ -203,6 +201,7 @@ def test_a_deferred_tool_is_shown_and_callable_only_once_a_tool_reference_loads_
         assert [call["name"] for call in calls] == ["WebFetch"]
 
 
+@pytest.mark.remote_only  # beside a node without the profile: the shard's SGLang server's
 def test_safeguards_are_accepted_with_the_profile_and_refused_without(
     agent_node: ServerProcess, server: ServerProcess, model: str
 ) -> None:

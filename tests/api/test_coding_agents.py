@@ -1,8 +1,9 @@
 """The real Codex CLI and opencode (npm, tests/node) against the agents' node (docs/agents.md's node
-command, on the embedded model's 32,768-token window), each configured exactly as docs/agents.md
-says (its config blocks are read from docs/agents.md): a headless run with the agent's own default
-tools ends with its final answer and exit 0 (or, where the tiny model repeats itself to the
-node's --max-output-tokens, with the cut answer reported as the agent reports its own maximum),
+command, on the embedded model's twin: its tokenizer, template and 32,768-token window;
+tests/api/conftest.py), each configured exactly as docs/agents.md says (its config blocks are read
+from docs/agents.md): a headless run with the agent's own default tools ends with its final answer
+and exit 0 (or, where the answer runs to the node's --max-output-tokens, as the twin's random ones
+do, with the cut answer reported as the agent reports its own maximum),
 and every request it made was served in full; the session's next turn reads all of the last
 one's prompt from the prefix cache. Each run goes through a recording proxy, so the
 prompts each agent really sends are kept as the node served them; a Codex prompt past the window
@@ -23,9 +24,10 @@ from tests.agent_clis import codex, opencode
 from tests.api import readme
 from tests.api.conftest import AGENT_MAX_OUTPUT_TOKENS, served
 from tests.capture import recording
+from tests.conftest import AGENTS_AND_FAMILIES
 from tests.server_process import ServerProcess
 
-pytestmark = pytest.mark.remote_only  # the agents' node, on the session's SGLang server
+pytestmark = pytest.mark.shard(AGENTS_AND_FAMILIES)  # with the CLIs' other engines
 
 TOO_LONG = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum")
 OLD_WINDOW = 8192  # the embedded model's own, which these prompts were refused past
@@ -70,9 +72,8 @@ def assert_reads_the_last_turn_from_the_cache(last: dict[str, Any], first: dict[
 
 
 def test_codex_exec_with_its_default_tools_runs_to_its_final_answer(
-    agent_node: ServerProcess, tmp_path: Path, engine: str
+    agent_node: ServerProcess, tmp_path: Path
 ) -> None:
-    del engine  # run with the remote variant of the suite
     route = "/v1/infer/responses"
     before = set(served(agent_node, route))
     with recording(agent_node.origin) as proxy:
@@ -91,8 +92,8 @@ def test_codex_exec_with_its_default_tools_runs_to_its_final_answer(
     if done.returncode == 0:
         assert "ERROR" not in output and done.stdout.strip(), output  # its final answer
     else:
-        # Sampled at the model's own temperature (0.2), the 135M model now and then repeats
-        # itself. Codex names no maximum: the node ends that answer at its --max-output-tokens,
+        # The twin's random answers (and the 135M model's, now and then) run on. Codex names no
+        # maximum: the node ends that answer at its --max-output-tokens,
         # `incomplete` for max_output_tokens, and Codex, having streamed it, says so and exits
         # 1, as it does with OpenAI: that path, and that the answer ran that far.
         assert CODEX_INCOMPLETE in output, output
@@ -107,12 +108,11 @@ def test_codex_exec_with_its_default_tools_runs_to_its_final_answer(
 
 
 def test_a_codex_prompt_past_the_window_meets_the_context_error(
-    agent_node: ServerProcess, tmp_path: Path, engine: str
+    agent_node: ServerProcess, tmp_path: Path
 ) -> None:
     """Piped input that takes the first request past the window: the node's refusal is the one
     agents compact on, with the prompt's count, and Codex reads it as such (refused before the
     model runs: no prefill)."""
-    del engine
     notes = " ".join(f"note {i} is kept;" for i in range(9000))  # about 45,000 tokens
     with recording(agent_node.origin) as proxy:
         url = f"http://127.0.0.1:{proxy.server_port}/v1/infer"
@@ -131,10 +131,7 @@ def test_a_codex_prompt_past_the_window_meets_the_context_error(
     assert stated is not None and int(stated.group(1)) > window, error
 
 
-def test_opencode_run_runs_to_its_final_answer(
-    agent_node: ServerProcess, tmp_path: Path, engine: str
-) -> None:
-    del engine
+def test_opencode_run_runs_to_its_final_answer(agent_node: ServerProcess, tmp_path: Path) -> None:
     route = "/v1/infer/chat/completions"
     before = set(served(agent_node, route))
     with recording(agent_node.origin) as proxy:

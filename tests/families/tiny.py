@@ -115,6 +115,31 @@ def make(folder: Path, family: Family, embedded: Path, seed: int = 0) -> Path:
     return folder
 
 
+def twin(folder: Path, embedded: Path, seed: int = 0) -> Path:
+    """The embedded model at toy size in `folder`: its tokenizer, chat template, generation
+    settings and window (its rope scaling and `max_position_embeddings`) as they are, its layers
+    as narrow and few as the families' and random. A prompt is the embedded model's, token for
+    token, and prefills in a fraction of the time."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                 "generation_config.json"):  # fmt: skip
+        (folder / name).write_bytes((embedded / name).read_bytes())
+    config = json.loads((embedded / "config.json").read_text())
+    config |= {
+        "hidden_size": HIDDEN,
+        "intermediate_size": FFN,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "tie_word_embeddings": True,
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    weights = _weights(int(config["vocab_size"]), qk_norm=False, seed=seed)
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder
+
+
 def _config(family: Family, vocab: int, bos: int, eos: int) -> dict[str, object]:
     return {
         "architectures": [family.architecture],
