@@ -51,11 +51,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "derandomized"))
 
 
 # The suite's two shards, which `python -m tests.shards` (`make test`) runs side by side: the tests
-# on SGLang's own server (the agents' CLIs, the remote engine) and on the families' tiny models,
-# with the unit tests (no server) to even the two's times; and the rest (in-process, through the
-# router, over TLS). Their engines are apart.
+# on the remote engine (on SGLang's own server and through the router), the agents' CLIs and the
+# families' tiny models, with the unit tests (no server); and the rest (in-process, over TLS).
+# Their engines are apart.
 AGENTS_AND_FAMILIES, CORE = SHARDS = ("agents-and-families", "core")
-ENGINE_SHARD = {"sglang-remote": AGENTS_AND_FAMILIES}
+ENGINE_SHARD = {"sglang-remote": AGENTS_AND_FAMILIES, "sglang-router": AGENTS_AND_FAMILIES}
 UNITS = Path(__file__).resolve().parent / "unit"
 
 
@@ -83,17 +83,24 @@ def places(item: pytest.Item) -> tuple[str, ...]:
 
 
 def shard(item: pytest.Item) -> str:
-    """The shard `item` runs in: its marker's, the units', its engine's, or the core."""
+    """The shard `item` runs in: the units', its marker's, its engine's, or the core."""
+    if item.path.is_relative_to(UNITS):
+        return AGENTS_AND_FAMILIES
     marker = item.get_closest_marker("shard")
     if marker is not None:
         if marker.args[0] not in SHARDS:  # its tests would run in no shard
             raise pytest.UsageError(f"{item.nodeid}: shard {marker.args[0]!r} is not in {SHARDS}")
         return str(marker.args[0])
-    if item.path.is_relative_to(UNITS):
-        return AGENTS_AND_FAMILIES
     callspec = getattr(item, "callspec", None)
     engine = callspec.params.get("engine") if callspec is not None else None
     return ENGINE_SHARD.get(str(engine), CORE)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The core's shard does not import the unit tests, which are all the other's (`shard`)."""
+    if config.getoption("shard") == CORE and collection_path.is_relative_to(UNITS):
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -152,11 +159,13 @@ def shutdowns() -> Iterator[Shutdowns]:
         stops.wait()
 
 
-# The session's engines, by the names below: the in-process one (the session server on `sglang`)
-# and three session fixtures, each waiting on its `<name>_start` in the start queue. Those in
-# STARTED_AHEAD are put in the queue ahead of their first tests (`engines_start_ahead`).
+# The session's engines, by the names below: the in-process one (the session server on `sglang`),
+# three session fixtures, each waiting on its `<name>_start` in the start queue, and the agents'
+# node. Those in STARTED_AHEAD are put in the queue ahead of their first tests
+# (`engines_start_ahead`); each but the in-process one stops after its last test
+# (`engines_stop_after_their_last_test`).
 IN_PROCESS = "in-process"
-ENGINES_BY_NAME = (IN_PROCESS, "sglang_server", "router_topology", "tls_server")
+ENGINES_BY_NAME = (IN_PROCESS, "sglang_server", "router_topology", "tls_server", "agent_node")
 STARTED_AHEAD = ("tls_server",)
 # The engine a session server on each engine uses beside its own front.
 ENGINE_BEHIND = {
@@ -208,6 +217,31 @@ def engines_start_ahead(request: pytest.FixtureRequest, engine_order: tuple[str,
     following = engine_order[max(engine_order.index(name) for name in used) + 1 :]
     if following and following[0] in STARTED_AHEAD:
         request.getfixturevalue(f"{following[0]}_start")
+
+
+@pytest.fixture(scope="session")
+def last_users(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Each session engine's last test (its node id)."""
+    last = {}
+    for item in request.session.items:
+        for name in engines_used(item):
+            last[name] = item.nodeid
+    return last
+
+
+@pytest.fixture(autouse=True)
+def engines_stop_after_their_last_test(
+    request: pytest.FixtureRequest, last_users: dict[str, str]
+) -> Iterator[None]:
+    """An engine no test is left to use is told to stop once its last test is done, rather than
+    at the session's end: the shards' engines share the machine's memory, and one too many has
+    every process waiting on it. (Its exit is waited for with the others, at the end.)"""
+    ending = [request.getfixturevalue("server" if name == IN_PROCESS else name)
+              for name, last in last_users.items() if last == request.node.nodeid]  # fmt: skip
+    yield
+    for engine in ending:
+        for process in engine.processes if isinstance(engine, RouterTopology) else (engine,):
+            process.terminate()
 
 
 @pytest.fixture(scope="session")

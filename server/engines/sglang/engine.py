@@ -145,16 +145,18 @@ class SGLangEngine:
         """What Engine() needs in this process first: on a CPU, the runtime's stand-ins, the
         compiled kernels and the forkserver; SGLang's versions checked, its plugins' hooks applied
         and checked."""
+        # What refuses a start is checked before the seconds of one: before the forkserver
+        # imports SGLang's processes' modules.
+        pins.check_versions(args["device"])
+        _check_context_length(self._settings.context_length, args["model_path"])
         # On a CPU: the runtime's stand-ins, the kernels and the forkserver (at once where the
         # server started them first, before reading the model).
         forkserver.start(self._settings)
         os.environ.update(runtime_env(self._settings))  # the scheduler inherits it
-        pins.check_versions(args["device"])
         from sglang.srt.plugins import load_plugins
 
         load_plugins()  # as Engine() would: its hooks applied here first, and checked
         pins.check_hooks()
-        _check_context_length(self._settings.context_length, args["model_path"])
 
     async def close(self) -> None:
         if self._restarting is not None:
