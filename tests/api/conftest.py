@@ -134,6 +134,14 @@ def agent_node(
         yield node
 
 
+@pytest.fixture
+def with_the_remote_engines_tests(engine: str) -> None:
+    """A test taking this runs with the remote engine's (the `engine` parameter groups them, and
+    `remote_only` chooses that one), whichever server it uses: the agents' node then stops with
+    them, before the router's engines start (`engines_stop_after_their_last_test`)."""
+    del engine
+
+
 def served(node: ServerProcess, route: str) -> list[str]:
     """The request ids of the requests to `route` the node answered 200 (its access log)."""
     return [

@@ -19,10 +19,9 @@ from tests.api import readme
 from tests.api.conftest import AGENT_MAX_OUTPUT_TOKENS, served
 from tests.api.contract import MODEL
 from tests.capture import capturing, recording
-from tests.conftest import AGENTS_AND_FAMILIES
 from tests.server_process import ServerProcess
 
-pytestmark = pytest.mark.shard(AGENTS_AND_FAMILIES)  # with the CLIs' other engines
+pytestmark = [pytest.mark.remote_only, pytest.mark.usefixtures("with_the_remote_engines_tests")]
 
 NEWEST, OLDEST = "2.1.332", "2.1.197"  # tests/node/package.json
 # What Claude Code says of answers that ended at the node's cap: it asks again up to three times,

@@ -24,10 +24,9 @@ from tests.agent_clis import codex, opencode
 from tests.api import readme
 from tests.api.conftest import AGENT_MAX_OUTPUT_TOKENS, served
 from tests.capture import recording
-from tests.conftest import AGENTS_AND_FAMILIES
 from tests.server_process import ServerProcess
 
-pytestmark = pytest.mark.shard(AGENTS_AND_FAMILIES)  # with the CLIs' other engines
+pytestmark = [pytest.mark.remote_only, pytest.mark.usefixtures("with_the_remote_engines_tests")]
 
 TOO_LONG = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum")
 OLD_WINDOW = 8192  # the embedded model's own, which these prompts were refused past

@@ -12,15 +12,11 @@ import pytest
 
 from tests.server_process import ServerProcess, ignored_signals
 
-# With the remote engine's tests (the `engine` parameter groups them), on the session's SGLang
-# server, which stops after the last of them.
-pytestmark = pytest.mark.remote_only
+# On the session's SGLang server, with the remote engine's tests: it stops after the last of them.
+pytestmark = [pytest.mark.remote_only, pytest.mark.usefixtures("with_the_remote_engines_tests")]
 
 
-def test_sglangs_processes_leave_sigint_to_the_server(
-    sglang_server: ServerProcess, engine: str
-) -> None:
-    del engine  # with the remote engine's tests
+def test_sglangs_processes_leave_sigint_to_the_server(sglang_server: ServerProcess) -> None:
     processes = psutil.Process(sglang_server.pid).children()
     assert len(processes) >= 2, processes  # at least the scheduler and the detokenizer
     sigint = 1 << (signal.SIGINT - 1)
@@ -30,14 +26,13 @@ def test_sglangs_processes_leave_sigint_to_the_server(
 
 
 def test_each_decoded_tokens_logprob_is_the_one_sglangs_own_forward_gives(
-    sglang_server: ServerProcess, engine: str
+    sglang_server: ServerProcess,
 ) -> None:
     """A greedy answer decoded a token at a time (server/engines/sglang/cpu/decode.py, the lean
     decode step), then the same tokens prefilled as a prompt (SGLang's own `LlamaModel.forward`):
     each token's logprob agrees. The paths differ in rounding only (a prefill's products run on
     fp32 activations, a decode step's on bf16: about 0.05 nats apart); a misplaced residual,
     norm or rotation would decode tokens the model itself gives whole nats less."""
-    del engine  # with the remote engine's tests
     with httpx.Client(base_url=sglang_server.origin, timeout=300) as client:
         prompt = client.post("/tokenize", json={"prompt": "The sea at night is"}).json()["tokens"]
         greedy = {"temperature": 0, "ignore_eos": True}
