@@ -25,7 +25,7 @@ import openai
 import pytest
 from hypothesis import settings
 
-from tests.server_process import ServerProcess, Shutdowns, StartQueue
+from tests.server_process import ServerProcess, Shutdowns, StartQueue, Zygote
 from tests.topology import RouterTopology, topology_of, wait_started
 
 ENGINES = tuple(
@@ -147,6 +147,22 @@ def shared_default(transports: Any) -> Callable[..., Any]:
         return made(verify=verify, cert=cert, trust_env=trust_env)
 
     return create_ssl_context
+
+
+@pytest.fixture(scope="session", autouse=True)
+def zygote(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The session's nodes fork from a process that has imported what they import
+    (tests/zygote.py), started here, from the main thread (a child's parent-death signal follows
+    the thread that started it), where the session starts any server."""
+    if all(item.path.is_relative_to(UNITS) for item in request.session.items):
+        yield
+        return
+    ServerProcess.zygote = Zygote()
+    try:
+        yield
+    finally:
+        ServerProcess.zygote.close()
+        ServerProcess.zygote = None
 
 
 @pytest.fixture(scope="session")

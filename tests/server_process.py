@@ -1,12 +1,15 @@
 """A real server process on a free loopback port, for the API tests: `python -m server serve`,
 `python -m server sglang-server` (SGLang's own HTTP server) or `sglang-router` (the router's own
 launcher), its log kept in a file, stopped with SIGTERM. It runs in a process group of its own,
-so that killing it kills SGLang's workers too. `Shutdowns` stops a session's servers together;
-`StartQueue` starts them one after another in the background."""
+so that killing it kills SGLang's workers too. A node (`serve`) is forked from the session's
+`Zygote` where there is one (tests/zygote.py), rather than importing everything again.
+`Shutdowns` stops a session's servers together; `StartQueue` starts them one after another in
+the background."""
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import socket
@@ -19,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import httpx
 
@@ -44,7 +47,76 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class Forked:
+    """A node the zygote forked, with what ServerProcess uses of Popen's interface."""
+
+    def __init__(self, zygote: Zygote, pid: int, argv: list[str]) -> None:
+        self._zygote = zygote
+        self.pid = pid
+        self.args = argv
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._zygote.status(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(0.05)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+
+class Zygote:
+    """`python -m tests.zygote`: nodes forked from a process that imported what they import."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "tests.zygote"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=_stop_with_parent,
+        )
+
+    def _ask(self, request: dict[str, object]) -> dict[str, int | None]:
+        assert self._process.stdin is not None and self._process.stdout is not None
+        with self._lock:
+            self._process.stdin.write(json.dumps(request) + "\n")
+            self._process.stdin.flush()
+            line = self._process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the zygote exited ({self._process.wait()}); its error is above")
+        return dict(json.loads(line))
+
+    def spawn(self, argv: list[str], env: dict[str, str], log: Path) -> Forked:
+        reply = self._ask({"spawn": {"argv": argv, "env": env, "log": str(log)}})
+        pid = reply["pid"]
+        assert pid is not None
+        return Forked(self, pid, argv)
+
+    def status(self, pid: int) -> int | None:
+        return self._ask({"status": pid})["code"]
+
+    def close(self) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.close()
+        self._process.wait(timeout=30)
+
+
 class ServerProcess:
+    # The session's zygote (tests/conftest.py sets it): nodes fork from it where it is set.
+    zygote: ClassVar[Zygote | None] = None
+
     def __init__(
         self,
         log_path: Path,
@@ -60,7 +132,7 @@ class ServerProcess:
         self.command = command
         own = {"serve": ["--node-name", "test-node"], "sglang-server": ["--log-level", "warning"]}
         self.args = ["--port", str(self.port), *own.get(command, []), *args]
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: subprocess.Popen[bytes] | Forked | None = None
 
     @property
     def origin(self) -> str:
@@ -72,12 +144,17 @@ class ServerProcess:
         return f"{self.origin}/v1/infer"
 
     def start(self) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        # A node forks from the zygote, except one whose environment changes what it imports.
+        if self.zygote is not None and self.command == "serve" and "PYTHONPATH" not in self.env:
+            self._process = self.zygote.spawn([self.command, *self.args], env, self.log_path)
+            return
         log = self.log_path.open("ab")
         self._process = subprocess.Popen(
             [sys.executable, "-m", "server", self.command, *self.args],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
+            env=env,
             preexec_fn=_stop_with_parent,
             start_new_session=True,
         )

@@ -1,0 +1,101 @@
+"""A Python process that has imported what a node imports at start (torch, transformers, SGLang's
+template detection, reasoning and tool-call parsers, the node's app), from which the tests'
+nodes are forked: each then starts in about a second of its own work instead of importing all of
+it again. `python -m tests.zygote`, driven by `Zygote` (tests/server_process.py) over its stdin
+and stdout, one JSON line each way per request:
+
+- `{"spawn": {"argv": [...], "env": {...}, "log": path}}`: a node forked, as `python -m server
+  <argv>` would run, in a session of its own, its output appended to `log`, its environment
+  `env`; answered `{"pid": n}`;
+- `{"status": pid}`: answered `{"code": n}` once that node has exited (as Popen's returncode),
+  `{"code": null}` while it runs.
+
+A forked node exits as the interpreter exits (atexit handlers run), never back into this loop."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import json
+import os
+import signal
+import sys
+import threading
+
+PR_SET_PDEATHSIG = 1
+
+
+# What a node imports before its engine starts: its app, and SGLang's pieces it reads a model's
+# format with (and with them torch and transformers).
+PREIMPORTED = (
+    "server.cli",
+    "server.serve",
+    "server.app",
+    "sglang.srt.parser.template_detection",
+    "sglang.srt.parser.reasoning_parser",
+    "sglang.srt.function_call.function_call_parser",
+)
+
+
+def preimport() -> None:
+    from server.torch_compat import ensure_torchvision_loadable
+
+    ensure_torchvision_loadable()  # as the node does before transformers' vision modules
+    for name in PREIMPORTED:
+        importlib.import_module(name)
+
+
+def reap(exited: dict[int, int]) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        exited[pid] = os.waitstatus_to_exitcode(status)
+
+
+def spawn(argv: list[str], env: dict[str, str], log: str) -> int:
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    # The node: a session of its own (killed as a group), gone with this process, its output in
+    # its log; it exits through SystemExit, out of this module's loop.
+    os.setsid()
+    ctypes.CDLL("libc.so.6").prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
+    os.environ.clear()
+    os.environ.update(env)
+    from setproctitle import setproctitle
+
+    from server.cli import main
+
+    sys.argv = [sys.executable, "-m", "server", *argv]
+    setproctitle(" ".join(sys.argv))
+    raise SystemExit(main(argv))
+
+
+def main() -> None:
+    preimport()
+    # A fork copies only the thread that forks: a lock another thread held would stay locked.
+    assert threading.active_count() == 1, threading.enumerate()
+    exited: dict[int, int] = {}
+    while line := sys.stdin.readline():
+        request = json.loads(line)
+        reap(exited)
+        if "spawn" in request:
+            reply = {"pid": spawn(**request["spawn"])}
+        else:
+            reply = {"code": exited.get(int(request["status"]))}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
