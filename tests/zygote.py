@@ -1,8 +1,8 @@
 """A Python process that has imported what a node imports at start (torch, transformers, SGLang's
-template detection, reasoning and tool-call parsers, the node's app), from which the tests'
-nodes are forked: each then starts in about a second of its own work instead of importing all of
-it again. `python -m tests.zygote`, driven by `Zygote` (tests/server_process.py) over its stdin
-and stdout, one JSON line each way per request:
+template detection, reasoning and tool-call parsers, the node's app, SGLang's Engine), from
+which the tests' nodes are forked: each then skips importing all of that again. `python -m
+tests.zygote`, driven by `Zygote` (tests/server_process.py) over its stdin and stdout, one JSON
+line each way per request:
 
 - `{"spawn": {"argv": [...], "env": {...}, "log": path}}`: a node forked, as `python -m server
   <argv>` would run, in a session of its own, its output appended to `log`, its environment
@@ -37,12 +37,24 @@ PREIMPORTED = (
 )
 
 
+# On a CPU, what a node with the in-process engine imports next: SGLang's Engine (its scheduler's
+# module among them), after the CPU runtime's stand-ins are on the path. The node then loads
+# SGLang's plugins, which apply their hooks to modules already imported (as in its forkserver).
+ENGINE = "sglang.srt.entrypoints.engine"
+
+
 def preimport() -> None:
     from server.torch_compat import ensure_torchvision_loadable
 
     ensure_torchvision_loadable()  # as the node does before transformers' vision modules
     for name in PREIMPORTED:
         importlib.import_module(name)
+    from server.engines.sglang import cpu_compat
+    from server.engines.sglang.args import default_device
+
+    if default_device() == "cpu":
+        cpu_compat.prepare_cpu_runtime()
+        importlib.import_module(ENGINE)
 
 
 def reap(exited: dict[int, int]) -> None:
