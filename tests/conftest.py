@@ -55,6 +55,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "derandomized"))
 # families' tiny models, with the unit tests (no server); and the rest (in-process, over TLS).
 # Their engines are apart.
 AGENTS_AND_FAMILIES, CORE = SHARDS = ("agents-and-families", "core")
+# The unit tests the core's shard runs, to even the shards' times: the differential test (minutes
+# of Hypothesis examples across every family). The other units are the agents' shard's.
+CORE_UNITS = ("test_differential.py",)
 ENGINE_SHARD = {"sglang-remote": AGENTS_AND_FAMILIES, "sglang-router": AGENTS_AND_FAMILIES}
 UNITS = Path(__file__).resolve().parent / "unit"
 
@@ -83,9 +86,10 @@ def places(item: pytest.Item) -> tuple[str, ...]:
 
 
 def shard(item: pytest.Item) -> str:
-    """The shard `item` runs in: the units', its marker's, its engine's, or the core."""
+    """The shard `item` runs in: the units' (CORE_UNITS), its marker's, its engine's, or the
+    core."""
     if item.path.is_relative_to(UNITS):
-        return AGENTS_AND_FAMILIES
+        return CORE if item.path.name in CORE_UNITS else AGENTS_AND_FAMILIES
     marker = item.get_closest_marker("shard")
     if marker is not None:
         if marker.args[0] not in SHARDS:  # its tests would run in no shard
@@ -97,8 +101,13 @@ def shard(item: pytest.Item) -> str:
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """The core's shard does not import the unit tests, which are all the other's (`shard`)."""
-    if config.getoption("shard") == CORE and collection_path.is_relative_to(UNITS):
+    """The core's shard does not import the unit tests it does not run (`shard`)."""
+    if (
+        config.getoption("shard") == CORE
+        and collection_path.is_relative_to(UNITS)
+        and collection_path.suffix == ".py"
+        and collection_path.name not in CORE_UNITS
+    ):
         return True
     return None
 

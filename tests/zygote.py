@@ -10,10 +10,12 @@ line each way per request:
 - `{"status": pid}`: answered `{"code": n}` once that node has exited (as Popen's returncode),
   `{"code": null}` while it runs.
 
-A forked node exits as the interpreter exits (atexit handlers run), never back into this loop."""
+A forked node exits as the interpreter would (its atexit handlers run), never back into this
+loop."""
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import importlib
 import json
@@ -21,6 +23,8 @@ import os
 import signal
 import sys
 import threading
+import traceback
+from typing import NoReturn
 
 PR_SET_PDEATHSIG = 1
 
@@ -73,8 +77,12 @@ def spawn(argv: list[str], env: dict[str, str], log: str) -> int:
     pid = os.fork()
     if pid:
         return pid
-    # The node: a session of its own (killed as a group), gone with this process, its output in
-    # its log; it exits through SystemExit, out of this module's loop.
+    node(argv, env, log)
+
+
+def node(argv: list[str], env: dict[str, str], log: str) -> NoReturn:
+    """The forked child: a session of its own (killed as a group), gone with the zygote, its
+    output in its log, then `python -m server <argv>`."""
     os.setsid()
     ctypes.CDLL("libc.so.6").prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
@@ -82,15 +90,30 @@ def spawn(argv: list[str], env: dict[str, str], log: str) -> int:
     os.dup2(out, 1)
     os.dup2(out, 2)
     os.close(out)
-    os.environ.clear()
-    os.environ.update(env)
     from setproctitle import setproctitle
 
     from server.cli import main
 
     sys.argv = [sys.executable, "-m", "server", *argv]
-    setproctitle(" ".join(sys.argv))
-    raise SystemExit(main(argv))
+    setproctitle(" ".join(sys.argv))  # before the environment changes: it moves what it reads
+    os.environ.clear()
+    os.environ.update(env)
+    code: object = 1
+    try:
+        code = main(argv)
+    except SystemExit as stop:
+        code = stop.code
+    except BaseException:
+        traceback.print_exc()
+    # The interpreter's exit (its threads joined, its atexit handlers run), less its teardown of
+    # every module it imported: seconds, with torch's and SGLang's, at each stop of a node.
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+    getattr(threading, "_shutdown")()  # noqa: B009 (private: what the interpreter calls first)
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else int(code is not None))
 
 
 def main() -> None:
@@ -107,6 +130,7 @@ def main() -> None:
             reply = {"code": exited.get(int(request["status"]))}
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
+    os._exit(0)  # its input closed: gone without the seconds of tearing its modules down
 
 
 if __name__ == "__main__":
