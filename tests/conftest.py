@@ -52,7 +52,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "derandomized"))
 
 # The suite's two shards, which `python -m tests.shards` (`make test`) runs side by side: the tests
 # on the remote engine (on SGLang's own server and through the router), the agents' CLIs and the
-# families' tiny models, with the unit tests (no server); and the rest (in-process, over TLS).
+# families' tiny models, with most unit tests (no server); and the rest (in-process, over TLS).
 # Their engines are apart.
 AGENTS_AND_FAMILIES, CORE = SHARDS = ("agents-and-families", "core")
 # The unit tests the core's shard runs, to even the shards' times: the differential test (minutes
@@ -162,7 +162,7 @@ def shared_default(transports: Any) -> Callable[..., Any]:
 def zygote(request: pytest.FixtureRequest) -> Iterator[None]:
     """The session's nodes fork from a process that has imported what they import
     (tests/zygote.py), started here, from the main thread (a child's parent-death signal follows
-    the thread that started it), where the session starts any server."""
+    the thread that started it), unless the session runs unit tests only."""
     if all(item.path.is_relative_to(UNITS) for item in request.session.items):
         yield
         return
@@ -187,8 +187,7 @@ def shutdowns() -> Iterator[Shutdowns]:
 # The session's engines, by the names below: the in-process one (the session server on `sglang`),
 # three session fixtures, each waiting on its `<name>_start` in the start queue, and the agents'
 # node. Those in STARTED_AHEAD are put in the queue ahead of their first tests
-# (`engines_start_ahead`); each but the in-process one stops after its last test
-# (`engines_stop_after_their_last_test`).
+# (`engines_start_ahead`); each stops after its last test (`engines_stop_after_their_last_test`).
 IN_PROCESS = "in-process"
 ENGINES_BY_NAME = (IN_PROCESS, "sglang_server", "router_topology", "tls_server", "agent_node")
 STARTED_AHEAD = ("tls_server",)
