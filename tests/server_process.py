@@ -34,7 +34,7 @@ STARTUP_TIMEOUT_S = 300.0
 PR_SET_PDEATHSIG = 1
 
 
-def _stop_with_parent() -> None:
+def stop_with_parent() -> None:
     """A test run that dies (killed CI job, crashed harness) leaves no server behind: the server
     gets SIGTERM when its parent goes (Linux), and stops its engine as on any SIGTERM."""
     if sys.platform == "linux":
@@ -85,7 +85,7 @@ class Zygote:
             stdout=subprocess.PIPE,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            preexec_fn=_stop_with_parent,
+            preexec_fn=stop_with_parent,
         )
 
     def _ask(self, request: dict[str, object]) -> dict[str, int | None]:
@@ -155,7 +155,7 @@ class ServerProcess:
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
-            preexec_fn=_stop_with_parent,
+            preexec_fn=stop_with_parent,
             start_new_session=True,
         )
 

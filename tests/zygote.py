@@ -16,18 +16,15 @@ loop."""
 from __future__ import annotations
 
 import atexit
-import ctypes
 import importlib
 import json
 import os
-import signal
 import sys
 import threading
 import traceback
 from typing import NoReturn
 
-PR_SET_PDEATHSIG = 1
-
+from tests.server_process import stop_with_parent
 
 # What a node imports before its engine starts: its app, and SGLang's pieces it reads a model's
 # format with (and with them torch and transformers).
@@ -84,7 +81,7 @@ def node(argv: list[str], env: dict[str, str], log: str) -> NoReturn:
     """The forked child: a session of its own (killed as a group), gone with the zygote, its
     output in its log, then `python -m server <argv>`."""
     os.setsid()
-    ctypes.CDLL("libc.so.6").prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    stop_with_parent()
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(out, 1)

@@ -17,6 +17,15 @@ from tokenizers import AddedToken, Tokenizer
 
 TEMPLATES = Path(__file__).parent / "templates"
 HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN = 64, 2, 2, 1, 32, 128
+# The toy shape in config.json's terms, the families' models' and the embedded model's twin's.
+TOY_SHAPE = {
+    "hidden_size": HIDDEN,
+    "intermediate_size": FFN,
+    "num_hidden_layers": LAYERS,
+    "num_attention_heads": HEADS,
+    "num_key_value_heads": KV_HEADS,
+    "head_dim": HEAD_DIM,
+}
 
 
 @dataclass(frozen=True)
@@ -125,15 +134,7 @@ def twin(folder: Path, embedded: Path, seed: int = 0) -> Path:
                  "generation_config.json"):  # fmt: skip
         (folder / name).write_bytes((embedded / name).read_bytes())
     config = json.loads((embedded / "config.json").read_text())
-    config |= {
-        "hidden_size": HIDDEN,
-        "intermediate_size": FFN,
-        "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": KV_HEADS,
-        "head_dim": HEAD_DIM,
-        "tie_word_embeddings": True,
-    }
+    config |= TOY_SHAPE | {"tie_word_embeddings": True}
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     weights = _weights(int(config["vocab_size"]), qk_norm=False, seed=seed)
     save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
@@ -145,12 +146,7 @@ def _config(family: Family, vocab: int, bos: int, eos: int) -> dict[str, object]
         "architectures": [family.architecture],
         "model_type": family.model_type,
         "vocab_size": vocab,
-        "hidden_size": HIDDEN,
-        "intermediate_size": FFN,
-        "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": KV_HEADS,
-        "head_dim": HEAD_DIM,
+        **TOY_SHAPE,
         "hidden_act": "silu",
         "max_position_embeddings": 4096,
         "rms_norm_eps": 1e-6,
