@@ -1,8 +1,8 @@
 """A real server process on a free loopback port, for the API tests: `python -m server serve`,
 `python -m server sglang-server` (SGLang's own HTTP server) or `sglang-router` (the router's own
 launcher), its log kept in a file, stopped with SIGTERM. It runs in a process group of its own,
-so that killing it kills SGLang's workers too. A node (`serve`) is forked from the session's
-`Zygote` where there is one (tests/zygote.py), rather than importing everything again.
+so that killing it kills SGLang's workers too. A node or SGLang's server is forked from the
+session's `Zygote` where there is one (tests/zygote.py), rather than importing everything again.
 `Shutdowns` stops a session's servers together; `StartQueue` starts them one after another in
 the background."""
 
@@ -32,6 +32,7 @@ T = TypeVar("T")
 # so that a server that never gets ready fails with its log, not with pytest's stack dump.
 STARTUP_TIMEOUT_S = 300.0
 PR_SET_PDEATHSIG = 1
+FORKED = ("serve", "sglang-server")  # the commands a zygote forks (`python -m server COMMAND`)
 
 
 def stop_with_parent() -> None:
@@ -145,8 +146,9 @@ class ServerProcess:
 
     def start(self) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
-        # A node forks from the zygote, except one whose environment changes what it imports.
-        if self.zygote is not None and self.command == "serve" and "PYTHONPATH" not in self.env:
+        # A node or SGLang's server forks from the zygote, except one whose environment changes
+        # what it imports.
+        if self.zygote is not None and self.command in FORKED and "PYTHONPATH" not in self.env:
             self._process = self.zygote.spawn([self.command, *self.args], env, self.log_path)
             return
         log = self.log_path.open("ab")

@@ -1,6 +1,7 @@
 """A Python process that has imported what a node imports at start (torch, transformers, SGLang's
-template detection, reasoning and tool-call parsers, the node's app, SGLang's Engine), from
-which the tests' nodes are forked: each then skips importing all of that again. `python -m
+template detection, reasoning and tool-call parsers, the node's app, SGLang's Engine and model
+classes), from which the tests' nodes and SGLang servers are forked: each then skips importing
+all of that again, and a node's engine forkserver too (tests/forkserver_standby.py). `python -m
 tests.zygote`, driven by `Zygote` (tests/server_process.py) over its stdin and stdout, one JSON
 line each way per request:
 
@@ -24,6 +25,7 @@ import threading
 import traceback
 from typing import NoReturn
 
+from tests.forkserver_standby import stand_by
 from tests.server_process import stop_with_parent
 
 # What a node imports before its engine starts: its app, and SGLang's pieces it reads a model's
@@ -39,23 +41,31 @@ PREIMPORTED = (
 
 
 # On a CPU, what a node with the in-process engine imports next: SGLang's Engine (its scheduler's
-# module among them), after the CPU runtime's stand-ins are on the path. The node then loads
-# SGLang's plugins, which apply their hooks to modules already imported (as in its forkserver).
-ENGINE = "sglang.srt.entrypoints.engine"
+# module among them), after the CPU runtime's stand-ins are on the path; and what its forkserver
+# imports (server/engines/sglang/preload.py), which forks from it here (tests/
+# forkserver_standby.py). Each then loads SGLang's plugins, which apply their hooks to modules
+# already imported.
+ENGINE = ("sglang.srt.entrypoints.engine", "sglang.srt.managers.detokenizer_manager")
 
 
 def preimport() -> None:
     from server.torch_compat import ensure_torchvision_loadable
 
     ensure_torchvision_loadable()  # as the node does before transformers' vision modules
-    for name in PREIMPORTED:
-        importlib.import_module(name)
     from server.engines.sglang import cpu_compat
     from server.engines.sglang.args import default_device
 
-    if default_device() == "cpu":
+    cpu = default_device() == "cpu"
+    if cpu:  # first: SGLang reads it once (`is_cpu`), and its modules at their import
         cpu_compat.prepare_cpu_runtime()
-        importlib.import_module(ENGINE)
+    for name in PREIMPORTED:
+        importlib.import_module(name)
+    if cpu:
+        for name in ENGINE:
+            importlib.import_module(name)
+        from sglang.srt.models.registry import ModelRegistry
+
+        ModelRegistry.get_supported_archs()  # every model class's module, as the preload does
 
 
 def reap(exited: dict[int, int]) -> None:
@@ -95,6 +105,8 @@ def node(argv: list[str], env: dict[str, str], log: str) -> NoReturn:
     setproctitle(" ".join(sys.argv))  # before the environment changes: it moves what it reads
     os.environ.clear()
     os.environ.update(env)
+    if argv[0] == "serve":
+        stand_by()  # its engine's forkserver, forked from here rather than started fresh
     code: object = 1
     try:
         code = main(argv)
