@@ -55,9 +55,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "derandomized"))
 # families' tiny models, with most unit tests (no server); and the rest (in-process, over TLS).
 # Their engines are apart.
 AGENTS_AND_FAMILIES, CORE = SHARDS = ("agents-and-families", "core")
-# The unit tests the core's shard runs, to even the shards' times: the differential test (minutes
-# of Hypothesis examples across every family). The other units are the agents' shard's.
-CORE_UNITS = ("test_differential.py",)
+# The unit tests the core's shard runs, to even the shards' times: the two that read every
+# published template, the differential test (minutes of Hypothesis examples across every family)
+# and the formats' checks, in one process, which prepares each template once for both
+# (tests/families/formats.py). The other units are the agents' shard's.
+CORE_UNITS = ("test_differential.py", "test_formats.py")
 ENGINE_SHARD = {"sglang-remote": AGENTS_AND_FAMILIES, "sglang-router": AGENTS_AND_FAMILIES}
 UNITS = Path(__file__).resolve().parent / "unit"
 

@@ -23,7 +23,10 @@ import pytest
 from server.engines.replay import ANSWER_PIECES, PIECES
 from server.node.metering import RESERVE_TOKENS
 from tests.api.sse import events
+from tests.conftest import AGENTS_AND_FAMILIES
 from tests.server_process import ServerProcess
+
+pytestmark = pytest.mark.shard(AGENTS_AND_FAMILIES)  # its nodes are its own: the shard with room
 
 MODEL = "b3os/smollm2-135m-instruct"
 BODY = {

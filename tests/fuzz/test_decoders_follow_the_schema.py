@@ -20,7 +20,10 @@ from server.protocols.openai.decode import decode_chat
 from server.protocols.openai.schema import CHAT_REQUEST
 from server.protocols.responses.decode import decode_responses
 from server.protocols.responses.schema import RESPONSES_REQUEST
+from tests.conftest import AGENTS_AND_FAMILIES
 from tests.fuzz.strategies import chat_bodies, messages_bodies, mutated, responses_bodies
+
+pytestmark = pytest.mark.shard(AGENTS_AND_FAMILIES)  # no server: the shard with room for it
 
 # B3OS_FUZZ_EXAMPLES runs more cases than CI's 250 per property. No shrinking: a failure
 # prints its (unshrunk) example; shrinking these bodies takes minutes.
