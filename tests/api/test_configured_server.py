@@ -190,6 +190,7 @@ def test_an_sglang_other_than_the_pinned_one_is_refused_at_start(
         "cannot start: sglang 0.5.22 is installed, where this node is built on 0.5.23 "
         "(make install sets up the pinned ones)"
     ) in log
+    assert "server.engines.sglang.cpu_compat" not in log  # refused before the forkserver's start
 
 
 def test_a_node_whose_replacements_did_not_apply_is_refused_at_start(

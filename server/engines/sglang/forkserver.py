@@ -23,7 +23,7 @@ from multiprocessing import forkserver
 from typing import Any
 
 from server.config import Settings
-from server.engines.sglang import cpu_compat
+from server.engines.sglang import cpu_compat, pins
 from server.engines.sglang.args import default_device, runtime_env
 
 STARTED = "B3OS_INFER_FORKSERVER"  # set once the forkserver runs: SGLang's processes fork from it
@@ -33,11 +33,13 @@ METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def start(settings: Settings) -> None:
-    """Idempotent. Everything SGLang's processes read from the environment set first: the CPU
+    """Idempotent. SGLang's and torch's versions checked first (a refused start starts no
+    forkserver), then everything SGLang's processes read from the environment: the CPU
     runtime's stand-ins, the compiled kernels, the node's runtime settings."""
     if os.environ.get(STARTED) == "1":
         return
     device = settings.device or default_device()
+    pins.check_versions(device)  # what refuses a start, before the seconds of one
     if device != "cpu":
         return
     cpu_compat.prepare_cpu_runtime()
