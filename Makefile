@@ -88,7 +88,7 @@ suite: install
 # npm's install into tests/node/ runs beside .venv/'s; the Agents SDK's (with .venv's uv) and the
 # style checks follow .venv/, side by side. Only they run in parallel (`make clean test` stays in
 # order). The suite then runs in its two shards side by side (tests/shards.py), and mypy beside
-# them: its half a minute is then the shards' first seconds, collecting, not a wait before them.
+# them rather than before them.
 test:
 	@$(MAKE) --no-print-directory --jobs=3 style $(CLIENTS) $(AGENTS_SDK)
 	@$(MAKE) --no-print-directory --jobs=2 typecheck suite

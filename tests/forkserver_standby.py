@@ -6,7 +6,9 @@ every node start. Here a process forked at the node's start, while it has one th
 zygote's imports, stands by; when the node launches its forkserver, multiprocessing's
 `util.spawnv_passfds` hands that command, its file descriptors, the node's environment and
 working directory to the standby, which runs it as the new interpreter would. The forkserver is
-the node's child either way, and runs multiprocessing's own code with the node's preload."""
+the node's child either way, and runs multiprocessing's own code with the node's preload. Where
+multiprocessing launches it otherwise (another command, another function), the node starts it
+fresh as before: slower, never different."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ import traceback
 from collections.abc import Callable, Sequence
 from multiprocessing import util
 from typing import NoReturn
+
+from tests.server_process import exit_status
 
 FORKSERVER_COMMAND = "from multiprocessing.forkserver import main;"
 MOVED_ABOVE = 1000  # received descriptors pass through numbers above the ones a command names
@@ -80,7 +84,7 @@ def _standby(sock: socket.socket) -> NoReturn:
         exec(request["code"], {"__name__": "__main__"})  # multiprocessing's own command
         code = 0
     except SystemExit as stop:  # the forkserver's end: its clients gone
-        code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+        code = exit_status(stop.code)
     except BaseException:
         traceback.print_exc()
     sys.stdout.flush()

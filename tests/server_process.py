@@ -42,6 +42,16 @@ def stop_with_parent() -> None:
         ctypes.CDLL("libc.so.6").prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def exit_status(code: object) -> int:
+    """A `SystemExit` code as the interpreter turns it into its exit status: None is 0, a
+    message 1 (the interpreter prints it first)."""
+    if isinstance(code, int):
+        return code
+    if code is not None:
+        print(code, file=sys.stderr)
+    return int(code is not None)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -26,7 +26,7 @@ import traceback
 from typing import NoReturn
 
 from tests.forkserver_standby import stand_by
-from tests.server_process import stop_with_parent
+from tests.server_process import exit_status, stop_with_parent
 
 # What a node imports before its engine starts: its app, and SGLang's pieces it reads a model's
 # format with (and with them torch and transformers).
@@ -45,7 +45,7 @@ PREIMPORTED = (
 # imports (server/engines/sglang/preload.py), which forks from it here (tests/
 # forkserver_standby.py). Each then loads SGLang's plugins, which apply their hooks to modules
 # already imported.
-ENGINE = ("sglang.srt.entrypoints.engine", "sglang.srt.managers.detokenizer_manager")
+ENGINE_MODULES = ("sglang.srt.entrypoints.engine", "sglang.srt.managers.detokenizer_manager")
 
 
 def preimport() -> None:
@@ -61,7 +61,7 @@ def preimport() -> None:
     for name in PREIMPORTED:
         importlib.import_module(name)
     if cpu:
-        for name in ENGINE:
+        for name in ENGINE_MODULES:
             importlib.import_module(name)
         from sglang.srt.models.registry import ModelRegistry
 
@@ -116,13 +116,12 @@ def node(argv: list[str], env: dict[str, str], log: str) -> NoReturn:
         traceback.print_exc()
     # The interpreter's exit (its threads joined, its atexit handlers run), less its teardown of
     # every module it imported: seconds, with torch's and SGLang's, at each stop of a node.
-    if isinstance(code, str):
-        print(code, file=sys.stderr)
+    status = exit_status(code)
     getattr(threading, "_shutdown")()  # noqa: B009 (private: what the interpreter calls first)
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code if isinstance(code, int) else int(code is not None))
+    os._exit(status)
 
 
 def main() -> None:

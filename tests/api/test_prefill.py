@@ -100,7 +100,7 @@ def test_a_request_that_waits_past_the_bound_is_dropped_unstarted(
     (tests/api/conftest.py)."""
     with httpx.Client(base_url=tls_server.origin, verify=trust, timeout=120) as http:
         model = http.get("/v1/infer/models").json()["data"][0]["id"]
-        running: dict[str, Any] = {"after": 0}
+        running: dict[str, Any] = {"after": 0, "chunks": []}
         first_token, dropped = threading.Event(), threading.Event()
 
         def answer_long() -> None:
@@ -114,7 +114,10 @@ def test_a_request_that_waits_past_the_bound_is_dropped_unstarted(
                     running["status"] = response.status_code
                     for line in response.iter_lines():
                         running["last"] = line or running.get("last")
-                        if dropped.is_set() and line.startswith("data: {"):
+                        if not line.startswith("data: {"):
+                            continue
+                        running["chunks"].append(orjson.loads(line.removeprefix("data: ")))
+                        if dropped.is_set():
                             running["after"] += 1
                             if running["after"] == STREAMED_ON:
                                 return
@@ -138,7 +141,8 @@ def test_a_request_that_waits_past_the_bound_is_dropped_unstarted(
     assert entry["status"] == "failed"
     # The request running meanwhile was not disturbed: it streams on, or had ended whole.
     assert running["status"] == 200
-    assert running["after"] == STREAMED_ON or running["last"] == "data: [DONE]", running
+    assert running["after"] == STREAMED_ON or running["last"] == "data: [DONE]", running["last"]
+    assert all("error" not in chunk for chunk in running["chunks"]), running["chunks"][-3:]
 
 
 def test_a_prefill_longer_than_the_bound_is_not_refused(

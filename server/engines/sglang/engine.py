@@ -142,16 +142,14 @@ class SGLangEngine:
         )
 
     def _prepare(self, args: Mapping[str, Any]) -> None:
-        """What Engine() needs in this process first: on a CPU, the runtime's stand-ins, the
-        compiled kernels and the forkserver; SGLang's versions checked, its plugins' hooks applied
-        and checked."""
-        # What refuses a start is checked before the seconds of one: before the forkserver
-        # imports SGLang's processes' modules.
-        pins.check_versions(args["device"])
+        """What Engine() needs in this process first: the context length checked against the
+        model's window; SGLang's versions checked and, on a CPU, the runtime's stand-ins, the
+        compiled kernels and the forkserver (`forkserver.start`); its plugins' hooks applied and
+        checked."""
+        # The server starts the forkserver before it reads the model (`prepare_engine`), to run
+        # beside the read: a context length refused here leaves it to end with this process.
         _check_context_length(self._settings.context_length, args["model_path"])
-        # On a CPU: the runtime's stand-ins, the kernels and the forkserver (at once where the
-        # server started them first, before reading the model).
-        forkserver.start(self._settings)
+        forkserver.start(self._settings)  # at once where the server started it first
         os.environ.update(runtime_env(self._settings))  # the scheduler inherits it
         from sglang.srt.plugins import load_plugins
 

@@ -33,14 +33,12 @@ METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def start(settings: Settings) -> None:
-    """Idempotent. SGLang's and torch's versions checked first (a refused start starts no
-    forkserver), then everything SGLang's processes read from the environment: the CPU
-    runtime's stand-ins, the compiled kernels, the node's runtime settings."""
-    if os.environ.get(STARTED) == "1":
-        return
+    """Idempotent. SGLang's and torch's versions checked first, at every call (a refused start
+    starts no forkserver), then everything SGLang's processes read from the environment: the
+    CPU runtime's stand-ins, the compiled kernels, the node's runtime settings."""
     device = settings.device or default_device()
     pins.check_versions(device)  # what refuses a start, before the seconds of one
-    if device != "cpu":
+    if os.environ.get(STARTED) == "1" or device != "cpu":
         return
     cpu_compat.prepare_cpu_runtime()
     cpu_compat.compile_kernels(settings.cache_dir)
