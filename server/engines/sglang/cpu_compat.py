@@ -1,8 +1,9 @@
 """What SGLang 0.5.23 needs to run on a CPU, applied only there (GPUs run stock SGLang):
 
 - `SGLANG_USE_CPU_ENGINE=1`: SGLang's own CPU mode (`--device cpu` alone imports vLLM).
-- a stand-in `sgl_kernel` ahead of any installed one, on CPUs without AMX (PyPI's kernel packages
-  are CUDA builds; upstream's CPU kernels are built from source for AMX Xeons);
+- a stand-in `sgl_kernel` ahead of any installed one, wherever SGLang's own CPU kernels are not
+  there to serve: on CPUs without AMX, and on AMX CPUs without their build installed (PyPI's kernel
+  packages are CUDA builds; upstream's CPU kernels are built from source for AMX Xeons);
 - torchvision's op schemas (see `server.torch_compat`), in this process and, through a
   `sitecustomize` on their PYTHONPATH, in the processes SGLang spawns;
 - the CPU kernels compiled for this machine (`cpu/native.py`), named in their environment.
@@ -10,6 +11,7 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import logging
 import os
 import sys
@@ -28,6 +30,17 @@ def cpu_has_amx() -> bool:
     import torch
 
     return bool(torch.cpu._is_amx_tile_supported())
+
+
+def sglang_cpu_kernels() -> bool:
+    """Whether SGLang's own CPU kernels serve on this machine: an AMX CPU with an `sgl_kernel`
+    installed (its CPU build, built from source), not the stand-in. Elsewhere the stand-in and
+    the CPU path (`cpu/`) serve, AMX or not: SGLang itself then takes its layers' plain-torch
+    branches (its `cpu_has_amx_support` asks for the kernels too)."""
+    if not cpu_has_amx():
+        return False
+    search = [entry for entry in sys.path if entry != str(STAND_IN)]
+    return importlib.machinery.PathFinder.find_spec("sgl_kernel", search) is not None
 
 
 def cpu_computes_bf16() -> bool:
@@ -52,19 +65,22 @@ def prepare_cpu_runtime() -> None:
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if str(SPAWN_SITE) not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([str(SPAWN_SITE), *filter(None, paths)])
-    if cpu_has_amx():
+    if sglang_cpu_kernels():
         log.info("CPU has AMX: using the installed sgl_kernel CPU build")
         return
-    log.info("CPU without AMX: using the sgl_kernel stand-in and SGLang's plain-torch layers")
+    log.info(
+        "CPU %s: using the sgl_kernel stand-in and SGLang's plain-torch layers",
+        "has AMX, but no sgl_kernel CPU build is installed" if cpu_has_amx() else "without AMX",
+    )
     if str(STAND_IN) not in sys.path:
         sys.path.insert(0, str(STAND_IN))  # processes SGLang spawns inherit sys.path
 
 
 def compile_kernels(cache_dir: Path) -> None:
-    """The C kernels of the CPU path without AMX compiled into `cache_dir` (at once where this
-    machine has them) and named for SGLang's processes; without a compiler, logged, and their
-    attention runs on torch's kernels."""
-    if cpu_has_amx():
+    """The C kernels of the CPU path (where SGLang's own do not serve) compiled into `cache_dir`
+    (at once where this machine has them) and named for SGLang's processes; without a compiler,
+    logged, and their attention runs on torch's kernels."""
+    if sglang_cpu_kernels():
         return
     from server.engines.sglang.cpu import native
 

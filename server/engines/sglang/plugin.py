@@ -7,7 +7,7 @@ attention backends join SGLang's deterministic lists (they compute each request 
 cache stays on), SGLang's batch-invariant kernels, Triton and GPU-only, are not installed, and its
 seeded sampler and repetition penalty run eagerly, and a hybrid model's prefix cache takes the
 strategy a CPU has (`no_buffer`), and its processes fork from the node's forkserver where it runs
-(`forkserver.py`). On a CPU without AMX it also installs the faster
+(`forkserver.py`). On a CPU without SGLang's own CPU kernels (AMX's) it also installs the faster
 plain-torch model path of `cpu/` (its attention backend through SGLang's attention registry, the
 rest through its hook registry). In every process it keeps SGLang's notices that ask nothing of
 the operator at debug level (`notices.py`). In the processes SGLang spawns it leaves SIGINT to
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from server.engines.sglang import forkserver, notices
+from server.engines.sglang import cpu_compat, forkserver, notices
 
 log = logging.getLogger(__name__)
 
@@ -98,18 +98,14 @@ def hooks(cpu: bool) -> list[Hook]:
 
 def attention_backends(cpu: bool) -> list[tuple[str, Callable[[Any], Any]]]:
     """The attention backends this plugin registers in SGLang's attention registry, by name
-    (SGLang's own of that name replaced): on a CPU without AMX, the CPU path's."""
+    (SGLang's own of that name replaced): on a CPU without SGLang's CPU kernels, the CPU path's."""
     return [] if (path := _cpu_path(cpu)) is None else path.backends()
 
 
 def _cpu_path(cpu: bool) -> Any:
-    """The CPU path's module (`cpu/`) where it applies: on a CPU without AMX (SGLang's AMX
-    backend has its own kernels)."""
-    if not cpu:
-        return None
-    import torch
-
-    if torch.cpu._is_amx_tile_supported():
+    """The CPU path's module (`cpu/`) where it applies: on a CPU where SGLang's own CPU kernels do
+    not serve (`cpu_compat.sglang_cpu_kernels`)."""
+    if not cpu or cpu_compat.sglang_cpu_kernels():
         return None
     from server.engines.sglang import cpu as cpu_path
 

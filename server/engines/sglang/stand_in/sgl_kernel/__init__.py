@@ -1,4 +1,4 @@
-"""Stand-in for SGLang's `sgl_kernel` on CPUs without AMX, where no CPU build of it exists on PyPI.
+"""Stand-in for SGLang's `sgl_kernel` wherever no CPU build of it is installed (PyPI has none).
 
 In CPU mode SGLang 0.5.23 imports a few CPU kernels at module load. Without AMX its layers take
 their plain-torch paths, and of these names only `assign_req_to_token_pool_cpu` is ever called; it
