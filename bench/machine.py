@@ -1,7 +1,8 @@
 """What this machine is and can do, measured in the run that reports against it: its CPU, cores,
-memory and GPU, its fp32 GEMM rate (torch, all cores, the shape of a small model's MLP over a
-prefill block) and the bandwidth of reading and writing memory. Speeds stated as fractions of
-these compare across machines."""
+memory and GPU, its GEMM rate (torch, all cores, the shape of a small model's MLP over a prefill
+block, in the dtype the node computes a model in on this CPU: bf16 where the CPU multiplies it
+natively, else fp32) and the bandwidth of reading and writing memory. Speeds stated as fractions
+of these compare across machines."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ class Machine:
     gpu: str | None
     gemm_gflops: float
     memory_gb_s: float
+    gemm_dtype: str = "fp32"  # of the measured GEMM (records made before it was chosen: fp32)
 
     def describe(self) -> str:
         """One line: the CPU, its cores and vector instructions, the memory, the GPU if any."""
@@ -36,13 +38,14 @@ class Machine:
 
     def rates(self) -> str:
         return (
-            f"fp32 GEMM {self.gemm_gflops:.0f} GFLOP/s, "
+            f"{self.gemm_dtype} GEMM {self.gemm_gflops:.0f} GFLOP/s, "
             f"memory bandwidth {self.memory_gb_s:.1f} GB/s"
         )
 
 
 def measure() -> Machine:
-    gemm, memory = _rates()
+    dtype = gemm_dtype()
+    gemm, memory = _rates(dtype)
     cpu, flags = _cpuinfo()
     return Machine(
         cpu=cpu,
@@ -52,14 +55,23 @@ def measure() -> Machine:
         gpu=_gpu(),
         gemm_gflops=gemm,
         memory_gb_s=memory,
+        gemm_dtype=dtype,
     )
 
 
-def _rates() -> tuple[float, float]:
+def gemm_dtype() -> str:
+    """The dtype the node computes a model in on this CPU (`server.engines.sglang.args`)."""
+    from server.engines.sglang.cpu_compat import cpu_computes_bf16
+
+    return "bf16" if cpu_computes_bf16() else "fp32"
+
+
+def _rates(dtype: str) -> tuple[float, float]:
     import torch
 
     rows, inner, outer = GEMM_SHAPE
-    a, b = torch.randn(rows, inner), torch.randn(outer, inner)
+    kind = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    a, b = torch.randn(rows, inner, dtype=kind), torch.randn(outer, inner, dtype=kind)
     best = float("inf")
     for _ in range(10):
         started = time.perf_counter()

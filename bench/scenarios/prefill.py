@@ -1,8 +1,9 @@
 """Prefill speed against prompt length: tokens per second to the first token of a cold prompt
 (never seen) and of a warm one (the same prompt with a new last question, its prefix in the
-cache), beside what this machine can do (its fp32 GEMM rate and memory bandwidth, measured in
-the same run) and llama.cpp on the same GGUF (node-llama-cpp, `bench/llamacpp/`), one request at
-a time on an idle server; with --compare-url or --compare-sglang, SGLang's own server too."""
+cache), beside what this machine can do (its GEMM rate in the dtype the node computes in, and
+its memory bandwidth, measured in the same run) and llama.cpp on the same GGUF (node-llama-cpp,
+`bench/llamacpp/`), one request at a time on an idle server; with --compare-url or
+--compare-sglang, SGLang's own server too."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ from bench.target import Target
 NAME = "prefill"
 NOTE = (
     "One request at a time, max_tokens 1. 'GEMM share' is the prompt's FLOPs (the model's "
-    "linear layers and causal attention) per second of TTFT over this machine's fp32 GEMM rate "
-    "measured in the same run. llama.cpp evaluates the same number of tokens of its own "
+    "linear layers and causal attention) per second of TTFT over this machine's GEMM rate "
+    "measured in the same run, in the dtype the node computes in (bf16 where the CPU multiplies "
+    "it natively, else fp32). llama.cpp evaluates the same number of tokens of its own "
     "tokenization, cold, on every core. Decode: one stream, tokens/s after the first."
 )
 # Up to the embedded model's whole window (32,768 tokens): what a full agent session costs.
@@ -87,7 +89,7 @@ def run(run: Run) -> list[Row]:
     rows = [
         Row(
             NAME,
-            "this machine",
+            f"this machine ({measured.gemm_dtype} GEMM)",
             {"GEMM GFLOP/s": measured.gemm_gflops, "memory GB/s": measured.memory_gb_s},
         )
     ]

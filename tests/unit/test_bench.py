@@ -7,10 +7,13 @@ from typing import Any
 
 import pytest
 
-from bench import client, sessions
+from bench import client, machine, sessions
 from bench.client import Sample, server_timing
+from bench.machine import Machine
 from bench.report import Row, markdown
 from bench.stats import latency, percentile
+from server.config import Settings
+from server.models.source import ModelSource
 
 
 def test_nearest_rank_percentiles() -> None:
@@ -76,3 +79,24 @@ def test_every_recorded_session_loads_with_its_requests_in_turn_order() -> None:
             "chat",
             "responses",
         }
+
+
+@pytest.mark.parametrize("native_bf16", [True, False], ids=["bf16", "fp32"])
+def test_the_gemm_rate_is_measured_in_the_dtype_the_node_computes_in(
+    monkeypatch: pytest.MonkeyPatch, native_bf16: bool
+) -> None:
+    """A share of an fp32 rate read above 1 on a CPU that computes the model in bf16."""
+    from server.engines.sglang import args, cpu_compat
+
+    monkeypatch.setattr(cpu_compat, "cpu_computes_bf16", lambda: native_bf16)
+    built = args.server_args(Settings(device="cpu"), ModelSource("/models/m", "m"))
+    node_dtype = built.get("dtype")
+    measured = machine.measure()
+    assert measured.gemm_dtype == ("bf16" if node_dtype is None else "fp32")
+    assert measured.rates().startswith(f"{measured.gemm_dtype} GEMM ")
+
+
+def test_a_record_made_before_the_dtype_was_chosen_reads_as_fp32() -> None:
+    fields: dict[str, Any] = {"cpu": "x", "num_cores": 2, "vector": ["avx2"], "memory_gib": 24.0,
+                              "gpu": None, "gemm_gflops": 395.0, "memory_gb_s": 32.3}  # fmt: skip
+    assert Machine(**fields).rates() == "fp32 GEMM 395 GFLOP/s, memory bandwidth 32.3 GB/s"
