@@ -6,7 +6,8 @@ CPU's AMX is set here: the machine running the tests has it or not."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
+import importlib.machinery
 import os
 import sys
 from pathlib import Path
@@ -24,6 +25,13 @@ def isolated(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SGLANG_USE_CPU_ENGINE", "1")
 
 
+def found(name: str) -> Path | None:
+    """Where importing `name` would load it from on today's sys.path (whatever sys.modules holds:
+    other tests import the stand-in)."""
+    spec = importlib.machinery.PathFinder.find_spec(name)
+    return None if spec is None or spec.origin is None else Path(spec.origin)
+
+
 def kernels_installed(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An `sgl_kernel` package on the path, as a build from source installs it."""
     (folder / "sgl_kernel").mkdir()
@@ -37,18 +45,20 @@ def test_without_a_kernel_build_the_stand_in_serves(
     monkeypatch: pytest.MonkeyPatch, amx: bool
 ) -> None:
     monkeypatch.setattr(cpu_compat, "cpu_has_amx", lambda: amx)
-    assert importlib.util.find_spec("sgl_kernel") is None  # the light install has none
+    assert found("sgl_kernel") is None  # the light install has none
     assert not cpu_compat.sglang_cpu_kernels()
     cpu_compat.prepare_cpu_runtime()
-    spec = importlib.util.find_spec("sgl_kernel")
-    assert spec is not None and spec.origin is not None
-    assert Path(spec.origin).is_relative_to(cpu_compat.STAND_IN)
+    origin = found("sgl_kernel")
+    assert origin is not None and origin.is_relative_to(cpu_compat.STAND_IN)
     assert not cpu_compat.sglang_cpu_kernels()  # the stand-in is not SGLang's build
 
 
 @pytest.mark.usefixtures("isolated")
 def test_sglang_reads_the_stand_in_as_no_amx_backend() -> None:
     cpu_compat.prepare_cpu_runtime()
+    kernels = importlib.import_module("sgl_kernel")  # SGLang's check imports it: it must import
+    assert kernels.__file__ is not None
+    assert Path(kernels.__file__).is_relative_to(cpu_compat.STAND_IN)
     from sglang.srt.utils import common
 
     available = common._is_intel_amx_backend_available.__wrapped__  # uncached
