@@ -33,8 +33,8 @@ NOTE = (
 # The start log's lines (server.serve, cpu_compat, engine, state) that end each step, in order.
 STEPS = (
     ("the node's imports and app", r"server\.serve: listening on"),
-    ("the CPU runtime (torch's import)", r"cpu_compat: CPU (has|without) AMX"),
-    ("CPU kernels (compiled or loaded), the forkserver started", r"cpu_compat: CPU kernels"),
+    ("the CPU kernels (compiled or loaded)", r"cpu_compat: CPU kernels"),
+    ("the forkserver started, torch's import", r"cpu_compat: CPU (has|without) AMX"),
     ("model, tokenizer, chat format, SGLang's import and plugins", r"engine: starting SGLang"),
     ("SGLang's Engine(): its processes, the model, the pool", r"engine: SGLang ready"),
     ("to ready", r"server\.state: serving .* ready in"),

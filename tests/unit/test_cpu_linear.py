@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from server.engines.sglang.cpu import native
+from server.engines.sglang.cpu import build, native
 from server.engines.sglang.cpu.linear import (
     BF16,
     BF16_PACKED,
@@ -183,7 +183,7 @@ def test_the_lm_heads_few_rows_read_its_eight_bit_blocks(tmp_path: Path) -> None
     """Taken only with the kernels and where the blocks give the head's weight back; up to the
     kernel's rows, the blocks' product; more rows, the head's own."""
     torch.manual_seed(6)
-    kernels = native.Kernels.load(native.build(tmp_path))
+    kernels = native.Kernels.load(build.build(tmp_path))
     blocks = EightBit(torch.randint(-127, 128, (40, 64), dtype=torch.int8), torch.rand(40, 2) / 100)
     head = Head(blocks.dequantized().to(torch.bfloat16))
     assert not take_eight_bit(head, blocks, None)
@@ -210,7 +210,7 @@ def test_the_lm_heads_few_rows_read_its_eight_bit_blocks(tmp_path: Path) -> None
 def test_with_the_kernels_up_to_16_rows_read_the_four_bit_groups_there(tmp_path: Path) -> None:
     """Each row multiplied alone whatever rows are beside it; past 16 rows, the layer's own."""
     torch.manual_seed(8)
-    kernels = native.Kernels.load(native.build(tmp_path))
+    kernels = native.Kernels.load(build.build(tmp_path))
     checkpoint, groups = four_bit_checkpoint(48, 64)
     layer = Linear(checkpoint.weight.to(torch.bfloat16))
     assert take_groups(layer, groups, kernels)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from server.engines.sglang import cpu_compat
-from server.engines.sglang.cpu import native
+from server.engines.sglang.cpu import build, native
 from server.engines.sglang.cpu.attention import PLAN, ForwardPlan, Paged, decode_attention
 from server.models.gguf_blocks import EightBit, Groups
 from server.torch_compat import ensure_torchvision_loadable
@@ -24,7 +24,7 @@ from tests.unit.block_reference import block_product
 
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory: pytest.TempPathFactory) -> native.Kernels:
-    return native.Kernels.load(native.build(tmp_path_factory.mktemp("cache")))
+    return native.Kernels.load(build.build(tmp_path_factory.mktemp("cache")))
 
 
 @pytest.fixture(scope="module")
@@ -215,9 +215,9 @@ def test_loading_the_library_leaves_subnormal_floats_as_they_are(kernels: native
 
 
 def test_a_second_build_loads_the_first_ones_library(tmp_path: Path) -> None:
-    first = native.build(tmp_path)
+    first = build.build(tmp_path)
     made = first.stat().st_mtime_ns
-    assert native.build(tmp_path) == first and first.stat().st_mtime_ns == made
+    assert build.build(tmp_path) == first and first.stat().st_mtime_ns == made
     assert [path.name for path in (tmp_path / "kernels").iterdir()] == [first.name]
 
 
@@ -225,7 +225,7 @@ def test_a_cache_it_cannot_write_compiles_where_the_user_can(tmp_path: Path) -> 
     """(A file where the cache folder should be: no user, root included, makes a folder in it.)"""
     cache = tmp_path / "cache"
     cache.write_text("")
-    built = native.build(cache)
+    built = build.build(cache)
     assert built.is_file() and cache not in built.parents
     assert native.Kernels.load(built).library is not None
 
@@ -234,11 +234,11 @@ def test_without_a_compiler_the_node_says_why_and_attends_with_torch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
-    monkeypatch.setenv(native.KERNELS_ENV, "/stale/library.so")
-    with pytest.raises(native.BuildError, match="no-such-cc"):
-        native.build(tmp_path)
+    monkeypatch.setenv(build.KERNELS_ENV, "/stale/library.so")
+    with pytest.raises(build.BuildError, match="no-such-cc"):
+        build.build(tmp_path)
     cpu_compat.compile_kernels(tmp_path)
-    assert native.KERNELS_ENV not in os.environ
+    assert build.KERNELS_ENV not in os.environ
     assert "CPU kernels not compiled" in caplog.text and "no-such-cc" in caplog.text
     assert native.loaded() is None
 

@@ -2,15 +2,17 @@
 resolves and applies, the attention backend through SGLang's attention registry; the small steps
 SGLang wraps in torch.compile run as the eager functions they wrap (inductor would build C++ at
 their first use: seconds held on one request, and a compiler the slim image has not), with
-SGLang's results; and the embedded model's tokenizer, whose folder declares transformers' generic
-class, is loaded once where SGLang's own `get_tokenizer` loads it three times, to the same
-tokenizer, as it is for a model type whose own class AutoTokenizer leaves to the declared one
-(gemma); a folder of a type whose declared class transformers replaces (qwen2) goes through SGLang's
-function."""
+SGLang's results, whether TorchDynamo is off (the node's default on a CPU, under which SGLang's
+import pulls in no inductor) or the operator turns it on; and the embedded model's tokenizer,
+whose folder declares transformers' generic class, is loaded once where SGLang's own
+`get_tokenizer` loads it three times, to the same tokenizer, as it is for a model type whose own
+class AutoTokenizer leaves to the declared one (gemma); a folder of a type whose declared class
+transformers replaces (qwen2) goes through SGLang's function."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from typing import Any
@@ -29,13 +31,6 @@ plugin.register()
 from sglang.srt.plugins.hook_registry import HookRegistry
 from sglang.srt.managers import scheduler
 HookRegistry.apply_hooks()
-from torch._dynamo.utils import counters
-from sglang.srt.layers import sampler
-from sglang.srt.sampling.penaltylib import repetition_penalty
-logits = torch.tensor([[-2.0, 3.0, 0.5], [1.0, -1.0, 4.0]])
-repetition_penalty.apply_scaling_penalties(logits, torch.tensor([[2.0, 2.0, 1.0], [4.0, 4.0, 0.5]]))
-logprobs = torch.log_softmax(torch.tensor([[0.1, 2.0, 0.3]]), dim=-1)
-drawn = sampler.multinomial_with_seed(logprobs, torch.tensor([7]), torch.tensor([3]))
 
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 load = PreTrainedTokenizerBase._from_pretrained.__func__
@@ -88,9 +83,28 @@ attention_registry.register_attention_backend("torch_native")(registered)
 print(json.dumps({"unapplied": applied, "targets": targets, "half": half,
                   "scheduler": [whole, refused],
                   "backend": backend, "overridden": overridden,
-                  "penalized": logits.tolist(), "drawn": drawn.shape[0],
-                  "compiled": sum(counters["frames"].values()),
                   "tokenizers": {folder: compared(folder) for folder in sys.argv[1:]}}))
+"""
+# The compiled steps, called where the plugin's hooks are applied as in a scheduler.
+COMPILED = """
+import json, sys, torch
+from server.engines.sglang.cpu_compat import prepare_cpu_runtime
+prepare_cpu_runtime()
+from server.engines.sglang import plugin
+plugin.register()
+from sglang.srt.plugins.hook_registry import HookRegistry
+from sglang.srt.managers import scheduler
+HookRegistry.apply_hooks()
+from torch._dynamo.utils import counters
+from sglang.srt.layers import sampler
+from sglang.srt.sampling.penaltylib import repetition_penalty
+logits = torch.tensor([[-2.0, 3.0, 0.5], [1.0, -1.0, 4.0]])
+repetition_penalty.apply_scaling_penalties(logits, torch.tensor([[2.0, 2.0, 1.0], [4.0, 4.0, 0.5]]))
+logprobs = torch.log_softmax(torch.tensor([[0.1, 2.0, 0.3]]), dim=-1)
+drawn = sampler.multinomial_with_seed(logprobs, torch.tensor([7]), torch.tensor([3]))
+print(json.dumps({"unapplied": plugin.unapplied(True), "penalized": logits.tolist(),
+                  "drawn": drawn.shape[0], "compiled": sum(counters["frames"].values()),
+                  "inductor": "torch._inductor.compile_fx" in sys.modules}))
 """
 
 
@@ -143,11 +157,23 @@ def test_the_attention_backend_is_registered_in_sglangs_attention_registry(
     assert seen["overridden"] == ["the torch_native attention backend"]
 
 
-def test_compiled_steps_run_eagerly_with_sglangs_results(seen: dict[str, Any]) -> None:
+@pytest.mark.parametrize("dynamo", [None, "0"], ids=["dynamo-off-by-default", "dynamo-on"])
+def test_compiled_steps_run_eagerly_with_sglangs_results(dynamo: str | None) -> None:
+    env = {key: value for key, value in os.environ.items() if key != "TORCHDYNAMO_DISABLE"}
+    if dynamo is not None:  # the operator's choice, which the node keeps
+        env["TORCHDYNAMO_DISABLE"] = dynamo
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILED], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["unapplied"] == [], seen
     assert seen["compiled"] == 0, seen  # no frame went through dynamo
     # SGLang's rule: a negative logit multiplied by its penalty, a positive one divided.
     assert seen["penalized"] == [[-4.0, 1.5, 0.5], [0.25, -4.0, 8.0]]
     assert seen["drawn"] == 1
+    # SGLang's torch.compile decorators import inductor only where dynamo is on.
+    assert seen["inductor"] is (dynamo == "0")
 
 
 @pytest.mark.parametrize("folder", ["embedded", "gemma"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from importlib import metadata
 from typing import Any
 
 from server.canonical import Sampling
@@ -24,9 +25,13 @@ SEED_RANGE = 2**63
 
 
 def default_device() -> str:
+    """cuda where torch sees a GPU, else cpu; a CPU build of torch (its release's local part,
+    `+cpu`) answered without importing it, which takes a second."""
     try:
+        if metadata.version("torch").endswith("+cpu"):
+            return "cpu"
         import torch
-    except ImportError:
+    except (ImportError, metadata.PackageNotFoundError):
         return "cpu"
     return "cuda" if torch.cuda.is_available() else "cpu"
 

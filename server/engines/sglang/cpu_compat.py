@@ -6,7 +6,10 @@
   packages are CUDA builds; upstream's CPU kernels are built from source for AMX Xeons);
 - torchvision's op schemas (see `server.torch_compat`), in this process and, through a
   `sitecustomize` on their PYTHONPATH, in the processes SGLang spawns;
-- the CPU kernels compiled for this machine (`cpu/native.py`), named in their environment.
+- the CPU kernels compiled for this machine (`cpu/build.py`), named in their environment;
+- TorchDynamo off (`TORCHDYNAMO_DISABLE=1`, unless the operator sets it): SGLang wraps small
+  steps in `torch.compile` at import, which imports inductor in every process, a good part of
+  each one's start, and would build C++ at a step's first use; on a CPU they run eager.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from server.torch_compat import ensure_torchvision_loadable
 
 STAND_IN = Path(__file__).parent / "stand_in"  # holds the sgl_kernel stand-in
 SPAWN_SITE = Path(__file__).parent / "spawn_site"  # holds the sitecustomize of spawned processes
+DYNAMO_DISABLE = "TORCHDYNAMO_DISABLE"  # torch's switch: torch.compile returns the function as is
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +41,10 @@ def sglang_cpu_kernels() -> bool:
     installed (its CPU build, built from source), not the stand-in. Elsewhere the stand-in and
     the CPU path (`cpu/`) serve, AMX or not: SGLang itself then takes its layers' plain-torch
     branches (its `cpu_has_amx_support` asks for the kernels too)."""
-    if not cpu_has_amx():
-        return False
     search = [entry for entry in sys.path if entry != str(STAND_IN)]
-    return importlib.machinery.PathFinder.find_spec("sgl_kernel", search) is not None
+    if importlib.machinery.PathFinder.find_spec("sgl_kernel", search) is None:
+        return False  # answered without importing torch: the common case, the light install
+    return cpu_has_amx()
 
 
 def cpu_computes_bf16() -> bool:
@@ -57,14 +61,21 @@ def quiet_cpu_warnings() -> None:
     warnings.filterwarnings("ignore", category=UserWarning, module=r"sglang\.")
 
 
-def prepare_cpu_runtime() -> None:
-    """Idempotent; call before importing sglang."""
+def cpu_environment() -> None:
+    """Idempotent, without importing torch: the environment SGLang's CPU processes read, and
+    the forkserver's interpreter (`forkserver.py`) is started with."""
     os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
-    ensure_torchvision_loadable()
-    quiet_cpu_warnings()
+    os.environ.setdefault(DYNAMO_DISABLE, "1")  # read by torch.compile, as SGLang imports
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if str(SPAWN_SITE) not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([str(SPAWN_SITE), *filter(None, paths)])
+
+
+def prepare_cpu_runtime() -> None:
+    """Idempotent; call before importing sglang."""
+    cpu_environment()
+    ensure_torchvision_loadable()
+    quiet_cpu_warnings()
     if sglang_cpu_kernels():
         log.info("CPU has AMX: using the installed sgl_kernel CPU build")
         return
@@ -82,13 +93,13 @@ def compile_kernels(cache_dir: Path) -> None:
     logged, and their attention runs on torch's kernels."""
     if sglang_cpu_kernels():
         return
-    from server.engines.sglang.cpu import native
+    from server.engines.sglang.cpu import build
 
     try:
-        path = native.build(cache_dir)
-    except native.BuildError as error:
+        path = build.build(cache_dir)
+    except build.BuildError as error:
         log.warning("CPU kernels not compiled, decode steps run slower on torch's (%s)", error)
-        os.environ.pop(native.KERNELS_ENV, None)
+        os.environ.pop(build.KERNELS_ENV, None)
         return
     log.info("CPU kernels: %s", path)
-    os.environ[native.KERNELS_ENV] = str(path)
+    os.environ[build.KERNELS_ENV] = str(path)

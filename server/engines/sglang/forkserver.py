@@ -35,12 +35,20 @@ METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 def start(settings: Settings) -> None:
     """Idempotent. SGLang's and torch's versions checked first, at every call (a refused start
     starts no forkserver), then everything SGLang's processes read from the environment: the
-    CPU runtime's stand-ins, the compiled kernels, the node's runtime settings."""
+    CPU runtime's, the compiled kernels, the node's runtime settings; then this process's CPU
+    runtime. torch is imported only then (where it is a CPU build): the forkserver imports it,
+    and SGLang, meanwhile."""
     device = settings.device or default_device()
     pins.check_versions(device)  # what refuses a start, before the seconds of one
-    if os.environ.get(STARTED) == "1" or device != "cpu":
+    if device != "cpu":
         return
-    cpu_compat.prepare_cpu_runtime()
+    if os.environ.get(STARTED) != "1":
+        _start(settings)
+        cpu_compat.prepare_cpu_runtime()
+
+
+def _start(settings: Settings) -> None:
+    cpu_compat.cpu_environment()  # the forkserver's preload prepares the rest of its runtime
     cpu_compat.compile_kernels(settings.cache_dir)
     os.environ.update(runtime_env(settings))
     if METRICS_DIR not in os.environ:  # as SGLang would make it, and gone when this process is

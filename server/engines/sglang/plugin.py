@@ -37,7 +37,8 @@ BATCH_INVARIANT_MODE = (
 # Small steps SGLang wraps in torch.compile, which on a CPU builds C++ at first use: seconds,
 # and a compiler (the slim CPU image has none). The seeded sampler runs at the first sampled
 # token; the repetition penalty held the first request naming one for seconds, many times what
-# the same request took after it. Both run as the eager functions they wrap.
+# the same request took after it. Both run as the eager functions they wrap: so does every such
+# step where TorchDynamo is off (`cpu_compat`), and these only need replacing where it is on.
 EAGER_ON_CPU = (
     "sglang.srt.layers.sampler.multinomial_with_seed",
     "sglang.srt.sampling.penaltylib.repetition_penalty.apply_scaling_penalties",
@@ -175,10 +176,13 @@ def _deterministic_backends_on_cpu() -> None:
 
 def _deterministic_inference_on_cpu() -> list[Hook]:
     planned = [Hook(BATCH_INVARIANT_MODE, _no_batch_invariant_mode, "REPLACE")]
+    dynamo_off = os.environ.get(cpu_compat.DYNAMO_DISABLE) == "1"
     for target in EAGER_ON_CPU:
         module_name, name = target.rsplit(".", 1)
         compiled = getattr(importlib.import_module(module_name), name)
         eager = getattr(compiled, "_torchdynamo_orig_callable", None)
+        if eager is None and dynamo_off:
+            continue  # torch.compile gave SGLang the function itself
         if eager is None:
             raise AttributeError(f"{target} is not a torch.compile'd function")
         planned.append(Hook(target, eager, "REPLACE"))

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from server.engines.sglang.cpu import attention, chunking, decode, gated_norm, linear
-
 
 def hooks() -> list[tuple[str, Callable[..., Any], str]]:
     """(target, hook, HookType name) for each piece of SGLang this path replaces or follows."""
+    # Imported here: the package's `build` is imported without torch, before its first import.
+    from server.engines.sglang.cpu import chunking, decode, gated_norm, linear
+
     replacements: dict[str, Callable[[Any], Any]] = {
         linear.LINEAR: linear.faster_linear,
         linear.LINEAR_INTO: linear.faster_linear_into,
@@ -36,6 +37,8 @@ def hooks() -> list[tuple[str, Callable[..., Any], str]]:
 def backends() -> list[tuple[str, Callable[[Any], Any]]]:
     """(name, factory) for each attention backend this path registers in SGLang's attention
     registry, over SGLang's own of that name."""
+    from server.engines.sglang.cpu import attention
+
     return [(attention.BACKEND_NAME, attention.create_backend)]
 
 

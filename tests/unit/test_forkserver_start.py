@@ -1,0 +1,41 @@
+"""The forkserver starts before the node imports torch (on a CPU build of torch): it imports
+torch and SGLang's processes' modules while the node does the same, rather than after the node's
+own torch import. Then the node's CPU runtime is ready, its stand-ins on the path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+# In a process of its own, importing nothing before; the forkserver's preload left out (its
+# imports are not what is checked, and would run on after this process ends).
+SCRIPT = """
+import json, os, sys
+first = []
+def audit(event, args):
+    if event == "import" and args[0] == "torch" and not first:
+        first.append(os.environ.get("B3OS_INFER_FORKSERVER"))
+sys.addaudithook(audit)
+from server.config import Settings
+from server.engines.sglang import cpu_compat, forkserver
+forkserver.PRELOAD = []
+forkserver.start(Settings())
+print(json.dumps({"forkserver at torch's import": first, "torch": "torch" in sys.modules,
+                  "stand-in": str(cpu_compat.STAND_IN) in sys.path,
+                  "sglang's kernels": cpu_compat.sglang_cpu_kernels(),
+                  "dynamo": os.environ.get("TORCHDYNAMO_DISABLE")}))
+"""
+
+
+def test_the_forkserver_runs_before_the_node_imports_torch() -> None:
+    env = {key: value for key, value in os.environ.items() if key != "TORCHDYNAMO_DISABLE"}
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["forkserver at torch's import"] == ["1"], seen
+    assert seen["torch"] and seen["dynamo"] == "1", seen
+    assert seen["stand-in"] is not seen["sglang's kernels"], seen
