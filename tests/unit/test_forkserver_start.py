@@ -18,10 +18,10 @@ def audit(event, args):
     if event == "import" and args[0] == "torch" and not first:
         first.append(os.environ.get("B3OS_INFER_FORKSERVER"))
 sys.addaudithook(audit)
-from server.config import Settings
+from server.config import Settings, default_cache_dir
 from server.engines.sglang import cpu_compat, forkserver
 forkserver.PRELOAD = []
-forkserver.start(Settings())
+forkserver.start(Settings(cache_dir=default_cache_dir()))
 print(json.dumps({"forkserver at torch's import": first, "torch": "torch" in sys.modules,
                   "stand-in": str(cpu_compat.STAND_IN) in sys.path,
                   "sglang's kernels": cpu_compat.sglang_cpu_kernels(),
