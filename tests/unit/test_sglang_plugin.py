@@ -5,7 +5,8 @@ their first use: seconds held on one request, and a compiler the slim image has 
 SGLang's results, whether TorchDynamo is off (the node's default on a CPU, under which SGLang's
 import pulls in no inductor) or the operator turns it on; and the embedded model's tokenizer,
 whose folder declares transformers' generic class, is loaded once where SGLang's own
-`get_tokenizer` loads it three times, to the same tokenizer, as it is for a model type whose own
+`get_tokenizer` loads it three times, to the same tokenizer, and once a process (the scheduler's
+tokenizer is its model worker's), as it is for a model type whose own
 class AutoTokenizer leaves to the declared one (gemma); a folder of a type whose declared class
 transformers replaces (qwen2) goes through SGLang's function."""
 
@@ -51,11 +52,13 @@ def seen(tokenizer):
 original = getattr(scheduler.get_tokenizer, "__wrapped__", scheduler.get_tokenizer)
 def compared(folder):
     loads[:] = []
-    hooked = seen(scheduler.get_tokenizer(folder, **arguments))
+    first = scheduler.get_tokenizer(folder, **arguments)
+    hooked = seen(first)
+    shared = scheduler.get_tokenizer(folder, **arguments) is first  # the model worker's load
     hooked_loads, loads[:] = list(loads), []
     sglangs = seen(original(folder, **arguments))
     return {"hooked": hooked, "hooked_loads": hooked_loads, "sglangs": sglangs,
-            "sglangs_loads": list(loads)}
+            "sglangs_loads": list(loads), "shared": shared}
 applied = plugin.unapplied(True)
 targets = [planned.target for planned in plugin.hooks(True)]
 from sglang.srt.plugins.hook_registry import HookType
@@ -184,7 +187,9 @@ def test_a_generic_tokenizer_is_loaded_once_as_sglang_would_load_it(
     tokenizer typed gemma (a class of its own, which AutoTokenizer leaves to the declared one)."""
     loaded = seen[folder]
     assert loaded["sglangs_loads"] == ["TokenizersBackend"] * 3  # what the hook saves
+    # Twice called, as by the scheduler and its model worker: one load, one tokenizer.
     assert loaded["hooked_loads"] == ["TokenizersBackend"]
+    assert loaded["shared"] is True
     assert loaded["hooked"] == loaded["sglangs"]
 
 
@@ -193,5 +198,6 @@ def test_a_type_whose_declared_class_transformers_replaces_goes_through_sglang(
 ) -> None:
     typed = seen["qwen2"]
     assert typed["sglangs"]["class"] == "Qwen2Tokenizer"  # AutoTokenizer's pick, not the declared
-    assert typed["hooked_loads"] == typed["sglangs_loads"]
+    assert typed["hooked_loads"] == typed["sglangs_loads"] * 2  # SGLang's function, each call
+    assert typed["shared"] is False
     assert typed["hooked"] == typed["sglangs"]

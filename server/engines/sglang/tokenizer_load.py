@@ -9,12 +9,14 @@ embedded model's folder) and for which AutoTokenizer keeps it (decided as the fr
 `server/tokenizer.py`), both retries end on that same class. SGLang loads its tokenizer four times
 a start (the main process, the detokenizer, the scheduler and its model worker), so a start paid
 twelve loads for four tokenizers. Here such a folder is loaded as its declared class once, with
-the arguments of SGLang's last load, and given SGLang's own post-load fixes; any other folder, mode
-or backend goes through SGLang's `get_tokenizer` unchanged: a call, and so a start, takes less
-time and CPU."""
+the arguments of SGLang's last load, and given SGLang's own post-load fixes, once a process: the
+scheduler and its model worker, which load the same folder with the same arguments, share it. Any
+other folder, mode or backend goes through SGLang's `get_tokenizer` unchanged: a call, and so a
+start, takes less time and CPU."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,16 @@ def load_generic_once(
             tokenizer_backend=tokenizer_backend,
             **kwargs,
         )
+    return _generic(tokenizer_name, trust_remote_code, tokenizer_revision, tuple(kwargs.items()))
+
+
+@functools.lru_cache(maxsize=4)
+def _generic(
+    tokenizer_name: str,
+    trust_remote_code: bool,
+    tokenizer_revision: str | None,
+    kwargs: tuple[tuple[str, Any], ...],  # SGLang's `revision`, where it passes one
+) -> Any:
     from sglang.srt.utils.hf_transformers import tokenizer as sglang_tokenizer
     from transformers import TokenizersBackend
 
@@ -62,6 +74,6 @@ def load_generic_once(
         trust_remote_code=trust_remote_code,
         tokenizer_revision=tokenizer_revision,
         clean_up_tokenization_spaces=False,
-        **{**kwargs, "use_fast": False},
+        **{**dict(kwargs), "use_fast": False},
     )
     return sglang_tokenizer._apply_post_load_fixes(tokenizer, tokenizer_name, tokenizer_revision)
