@@ -15,6 +15,7 @@ processes forked from it start OpenMP cleanly."""
 from __future__ import annotations
 
 import atexit
+import gc
 import multiprocessing
 import os
 import shutil
@@ -58,6 +59,17 @@ def _start(settings: Settings) -> None:
     multiprocessing.set_forkserver_preload(PRELOAD)
     forkserver.ensure_running()
     os.environ[STARTED] = "1"
+
+
+def freeze_inherited_objects() -> None:
+    """In the forkserver: each process forked from it moves the objects it inherits (every module
+    imported here) to the garbage collector's permanent generation (`gc.freeze`, as Python's
+    documentation advises for processes that fork without exec). A full collection there, which
+    SGLang runs before it sizes the memory pool and Python runs now and then while it serves,
+    then walks only the objects the process made itself; and it leaves the inherited pages
+    shared. Frozen in the child, not here: the forkserver ends with an interpreter shutdown, which
+    would report the frozen objects of native modules as leaks; its children end in `os._exit`."""
+    os.register_at_fork(after_in_child=gc.freeze)
 
 
 def forked(result: Any, *args: Any, **kwargs: Any) -> Any:

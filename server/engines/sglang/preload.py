@@ -12,7 +12,7 @@ fails with the reason. Once all is imported, the forkserver's process title says
 import signal
 
 from server.engines.sglang import cpu_compat
-from server.engines.sglang.forkserver import TITLE
+from server.engines.sglang.forkserver import TITLE, freeze_inherited_objects
 
 cpu_compat.prepare_cpu_runtime()
 try:
@@ -36,5 +36,6 @@ ModelRegistry.get_supported_archs()  # imports the model modules, once for every
 # the forkserver found at its start, which this preload sets).
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 load_plugins()
+freeze_inherited_objects()
 setproctitle(TITLE)
 __all__ = ["detokenizer_manager", "plugin", "scheduler"]
