@@ -26,7 +26,7 @@ SEED_RANGE = 2**63
 
 def default_device() -> str:
     """cuda where torch sees a GPU, else cpu; a CPU build of torch (its release's local part,
-    `+cpu`) answered without importing it, which takes a second."""
+    `+cpu`) answered without importing it (the forkserver starts before torch's import)."""
     try:
         if metadata.version("torch").endswith("+cpu"):
             return "cpu"
